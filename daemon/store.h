@@ -1,0 +1,129 @@
+// The SQLite trial store: jobs, trials, submissions. WAL mode, one connection per thread, a schema_version
+// table with forward migrations, every multi-row write in one RAII transaction.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "search/status.h"
+
+namespace soartune::daemon {
+
+using search::Result;
+using search::Status;
+
+enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
+enum class TrialStatus { kRunning, kComplete, kFailed, kCancelled };
+
+const char* to_string(JobState s);      // "QUEUED", "RUNNING", ...
+const char* to_string(TrialStatus s);   // "RUNNING", "COMPLETE", "FAILED", "CANCELLED"
+
+struct JobRecord {
+  std::string id;                  // e.g. "job-20261202-161530-3f2a"
+  std::string name;
+  std::string spec_yaml;           // as submitted
+  std::string model;
+  std::string device_key;          // model + backend/device class, for warm starts
+  std::string strategy;
+  int trial_budget = 0;
+  JobState state = JobState::kQueued;
+  std::string error;
+  std::string stop_reason;
+  std::string work_dir;            // where trial files and the reference outputs live
+  int64_t created_ms = 0, started_ms = 0, finished_ms = 0;
+};
+
+struct TierRecord {
+  std::string tier;                // c1 / c8 / cinf
+  int concurrency = 0;
+  double duration_s = 0;
+  double ttft_p50_ms = 0, ttft_p90_ms = 0, ttft_p99_ms = 0;
+  double tpot_p50_ms = 0, tpot_p90_ms = 0, tpot_p99_ms = 0;
+  double output_tokens_per_s = 0;
+};
+
+struct TrialRecord {
+  std::string job_id;
+  int64_t number = 0;
+  TrialStatus status = TrialStatus::kRunning;
+  std::map<std::string, std::string> params;
+  std::vector<TierRecord> tiers;
+  double relative_accuracy = 0;
+  std::string accuracy_metric;
+  double score = 0, gate = 0;
+  std::string error;
+  int64_t started_ms = 0, finished_ms = 0;
+  std::string log_tail;
+  std::string engine_build, device;
+  int64_t peak_memory_bytes = 0;
+  std::string suggestion_json;     // search::Suggestion as JSON (why this trial was chosen)
+  std::string result_json;         // the worker's JSON verbatim
+};
+
+struct OfficialResult {
+  double s1 = 0, s8 = 0, sinf = 0, relative_accuracy = 0, c = 0, final_score = 0;
+};
+
+struct SubmissionRecord {
+  int64_t id = 0;
+  std::string job_id;
+  int64_t trial = 0;
+  int64_t submitted_ms = 0;
+  std::string budget_day;          // YYYY-MM-DD in the budget time zone
+  std::string status = "recorded";
+  OfficialResult result;
+  std::string note;
+};
+
+struct TrialQuery {
+  std::string job_id;
+  std::optional<TrialStatus> status;
+  std::string order_by = "number";  // number | score | c1 | c8 | cinf | accuracy; "-" prefix: descending
+  int limit = 50;
+  int offset = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the database at `path` and migrates it to the current schema version.
+  static Result<std::unique_ptr<Store>> open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  int schema_version() const;
+
+  Status insert_job(const JobRecord& j);
+  Status update_job(const JobRecord& j);
+  Result<JobRecord> get_job(const std::string& id) const;
+  std::vector<JobRecord> list_jobs(int limit, int offset) const;   // newest first
+  std::vector<JobRecord> jobs_in_state(JobState s) const;
+
+  Status insert_trial(const TrialRecord& t);                       // a new RUNNING trial
+  Status finish_trial(const TrialRecord& t);                       // final status + metrics, one transaction
+  Result<TrialRecord> get_trial(const std::string& job_id, int64_t number) const;
+  std::vector<TrialRecord> list_trials(const TrialQuery& q) const;
+  int count_trials(const std::string& job_id, std::optional<TrialStatus> status) const;
+  int64_t next_trial_number(const std::string& job_id) const;
+  // COMPLETE trials of other jobs with the same device_key (warm start).
+  std::vector<TrialRecord> trials_for_device_key(const std::string& device_key,
+                                                 const std::string& exclude_job) const;
+
+  // Crash recovery: every RUNNING trial becomes FAILED with `reason`; returns how many. One transaction.
+  Result<int> fail_running_trials(const std::string& reason);
+
+  Result<SubmissionRecord> insert_submission(const SubmissionRecord& s);
+  std::vector<SubmissionRecord> list_submissions(const std::string& job_id) const;   // "" = all
+  int count_submissions_on_day(const std::string& budget_day) const;
+
+ private:
+  struct Impl;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace soartune::daemon

@@ -1,0 +1,58 @@
+// Ask/tell. A strategy is stateless between calls: every ask gets the whole history (complete, failed and
+// pending trials), so a restarted daemon resumes a job by replaying its trials from the store.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "search/config.h"
+#include "search/scoring.h"
+#include "search/space.h"
+
+namespace soartune::search {
+
+enum class Outcome { kComplete, kFailed, kPending };
+
+struct Observation {
+  Config config;
+  Outcome outcome = Outcome::kPending;
+  TrialMetrics metrics;            // meaningful for kComplete
+  std::string failure;             // kFailed: the reason ("timeout", "out of memory", "exit code 11", ...)
+};
+
+struct SearchProblem {
+  Space space;
+  ScoringSpec scoring;
+  Config reference;                // trial 0; also the defaults for inactive / unset knobs
+  uint64_t seed = 0;
+};
+
+// Why a config was suggested; stored with the trial and shown by the CLI.
+struct Suggestion {
+  Config config;
+  std::string strategy;            // "reference", "initial-design", "random", "bayes"
+  double predicted_score = 0, predicted_score_std = 0, expected_improvement = 0, p_failure = 0;
+  std::vector<double> p_gate;      // one per ScoringSpec::gate_levels()
+  std::string note;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  // Up to q new configs, none equal to an observed or pending one; fewer (possibly none) when the space is
+  // exhausted. history[0], if present, is the reference trial.
+  virtual std::vector<Suggestion> ask(const SearchProblem& problem, const std::vector<Observation>& history,
+                                      int q) = 0;
+  // Expected improvement relative to the best so far, in percent, for the "EI under x% for k rounds" stop
+  // rule; nullopt where the strategy has no such estimate.
+  virtual std::optional<double> last_expected_improvement_pct() const { return std::nullopt; }
+};
+
+// "random" (uniform sampling, trial 0 the reference) or "bayes" (issue: Bayesian optimisation).
+Result<std::unique_ptr<Strategy>> make_strategy(const std::string& name);
+
+}  // namespace soartune::search
