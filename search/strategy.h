@@ -28,6 +28,8 @@ struct SearchProblem {
   ScoringSpec scoring;
   Config reference;                // trial 0; also the defaults for inactive / unset knobs
   uint64_t seed = 0;
+  // Warm start: trials of earlier jobs on the same model and device, used as prior observations only.
+  std::vector<Observation> prior;
 };
 
 // Why a config was suggested; stored with the trial and shown by the CLI.
