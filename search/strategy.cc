@@ -1,0 +1,14 @@
+#include "search/strategy.h"
+
+#include "search/bayes_strategy.h"
+#include "search/random_strategy.h"
+
+namespace soartune::search {
+
+Result<std::unique_ptr<Strategy>> make_strategy(const std::string& name) {
+  if (name == "bayes") return make_bayes_strategy();
+  if (name == "random") return make_random_strategy();
+  return Status::Invalid("strategy: '" + name + "' is not one of bayes, random");
+}
+
+}  // namespace soartune::search
