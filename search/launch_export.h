@@ -1,0 +1,45 @@
+// Launch configs in the forms a real server takes: SGLang server flags, and the environment script race
+// packages use to pass them. (The `yaml` format, our own re-runnable trial file, is written by the daemon.)
+// Knobs missing from the config take the catalogue defaults, so the exported flags pin the whole config
+// rather than falling back on SGLang's own defaults. Knobs with no SGLang equivalent are listed in a trailing
+// comment block.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "search/config.h"
+#include "search/status.h"
+
+namespace soartune::search {
+
+enum class ExportFormat { kYaml, kSglangArgs, kEnvScript };
+
+// "yaml" (also ""), "sglang-args", "env-script". Error: "<field>: x is not one of yaml, sglang-args, env-script".
+Result<ExportFormat> parse_export_format(const std::string& text, const std::string& field = "format");
+const char* to_string(ExportFormat f);
+
+// Where the config came from; named in the header comment of every export.
+struct ExportSource {
+  std::string job_id;
+  int64_t trial = -1;
+  std::string model;                 // "hf:<dir>" or "synthetic:<preset>"
+  std::string engine_build;          // optional: the soartune build that measured it
+};
+
+struct SglangMapping {
+  std::vector<std::string> args;       // flags and values, one token each: {"--kv-cache-dtype", "fp8_e4m3", ...}
+  std::vector<std::string> unmapped;   // "knob=value: why", for the trailing comment
+  std::vector<std::string> notes;      // caveats of mapped knobs (e.g. the quantised checkpoint they need)
+};
+
+// The SGLang flags equivalent to `launch` (validated against the catalogue; errors name "launch.<knob>").
+Result<SglangMapping> sglang_mapping(const Config& launch);
+
+// Header comment, then the flags on one line (POSIX-shell-quoted where needed), then the comment blocks.
+Result<std::string> export_sglang_args(const Config& launch, const ExportSource& source);
+// A POSIX sh snippet: header comment, `export SGLANG_SERVER_ARGS="..."`, then the comment blocks.
+Result<std::string> export_env_script(const Config& launch, const ExportSource& source);
+
+}  // namespace soartune::search
