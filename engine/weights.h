@@ -1,0 +1,59 @@
+// Host-side model weights in their canonical form, the one every backend repacks from.
+//
+// A linear layer computes y[out] = W[out][in] x[in] (+ bias). It is held either as 16-bit values (the
+// checkpoint's bf16 or fp16 bits) or, after quantize.h rewrote it, as symmetric integer codes with per-group
+// fp32 scales: W[o][i] = q[o][i] * scales[o][i / group_size] (group_size 0: scales[o], one per output row).
+// The model code never looks at `bits`: backends call dequantize_rows() (CPU) or repack q/scales (CUDA).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/model_config.h"
+
+namespace soartune::engine {
+
+enum class Dtype16 { kBF16, kFP16 };
+
+struct QuantizedLinear {
+  int out = 0, in = 0;
+  int bits = 16;                   // 16, 8 or 4
+  int group_size = 0;              // bits < 16: input elements per scale; 0 = one scale per output row
+  Dtype16 dtype16 = Dtype16::kBF16;
+  std::vector<uint16_t> w16;       // bits == 16: [out][in] bf16/fp16 bits (empty otherwise)
+  std::vector<int8_t> q;           // bits < 16: [out][in] codes in [-(2^(bits-1)-1), 2^(bits-1)-1]
+  std::vector<float> scales;       // bits < 16: [out][in / group_size] (or [out] when group_size == 0)
+  std::vector<float> bias;         // [out] or empty
+
+  int groups_per_row() const { return group_size == 0 ? 1 : in / group_size; }
+  // Bytes the stored form takes (4-bit counted packed, two codes a byte, as a device holds it).
+  std::size_t storage_bytes() const;
+};
+
+// Rows [row0, row0 + rows) of W as fp32, row-major [rows][in], into `dst`.
+void dequantize_rows(const QuantizedLinear& w, int row0, int rows, float* dst);
+
+struct LayerWeights {
+  std::vector<float> attn_norm;    // [hidden] input_layernorm
+  QuantizedLinear wq;              // [q_dim][hidden]
+  QuantizedLinear wk;              // [kv_dim][hidden]
+  QuantizedLinear wv;              // [kv_dim][hidden]
+  QuantizedLinear wo;              // [hidden][q_dim]
+  std::vector<float> mlp_norm;     // [hidden] post_attention_layernorm
+  QuantizedLinear w_gate;          // [intermediate][hidden]
+  QuantizedLinear w_up;            // [intermediate][hidden]
+  QuantizedLinear w_down;          // [hidden][intermediate]
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  QuantizedLinear embed;           // [vocab][hidden], always 16-bit (rows gathered, never multiplied)
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;   // [hidden]
+  QuantizedLinear lm_head;         // [vocab][hidden], always 16-bit; a copy of embed when tied
+
+  std::size_t storage_bytes() const;
+};
+
+}  // namespace soartune::engine
