@@ -1,5 +1,11 @@
 // The SQLite trial store: jobs, trials, submissions. WAL mode, one connection per thread, a schema_version
 // table with forward migrations, every multi-row write in one RAII transaction.
+//
+// Threads: a Store may be used from any number of threads at once. It keeps a small pool of connections and
+// lends one to each call for the call's duration, so a connection is never used by two threads at the same
+// time and every thread in flight effectively has its own. Under WAL, readers run concurrently with each other
+// and with the one writer; writers queue on SQLite's write lock (busy timeout 10 s). Every read that spans more
+// than one statement runs in one read transaction, so it sees one consistent snapshot.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "search/status.h"
@@ -21,6 +28,9 @@ enum class TrialStatus { kRunning, kComplete, kFailed, kCancelled };
 
 const char* to_string(JobState s);      // "QUEUED", "RUNNING", ...
 const char* to_string(TrialStatus s);   // "RUNNING", "COMPLETE", "FAILED", "CANCELLED"
+// Inverse of to_string, case-insensitive; nullopt for anything else.
+std::optional<JobState> job_state_from_string(std::string_view s);
+std::optional<TrialStatus> trial_status_from_string(std::string_view s);
 
 struct JobRecord {
   std::string id;                  // e.g. "job-20261202-161530-3f2a"
@@ -96,6 +106,7 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   int schema_version() const;
+  const std::string& path() const;
 
   Status insert_job(const JobRecord& j);
   Status update_job(const JobRecord& j);
@@ -104,9 +115,17 @@ class Store {
   std::vector<JobRecord> jobs_in_state(JobState s) const;
 
   Status insert_trial(const TrialRecord& t);                       // a new RUNNING trial
-  Status finish_trial(const TrialRecord& t);                       // final status + metrics, one transaction
+  // Final status + metrics, one transaction: the trial row and its tier rows (replacing any) together.
+  // t.status must not be RUNNING. params, suggestion_json and started_ms are kept from insert_trial when t
+  // leaves them empty / 0; every other field is written as given.
+  Status finish_trial(const TrialRecord& t);
   Result<TrialRecord> get_trial(const std::string& job_id, int64_t number) const;
+  // Non-COMPLETE trials have no metrics: ordering by anything but number puts them last, either direction.
+  // Ties are broken by number. limit <= 0: no limit. An invalid order_by gives an empty list; see find_trials.
   std::vector<TrialRecord> list_trials(const TrialQuery& q) const;
+  // As list_trials, but an invalid query is an error naming the field and its allowed values.
+  Result<std::vector<TrialRecord>> find_trials(const TrialQuery& q) const;
+  static Status check_query(const TrialQuery& q);
   int count_trials(const std::string& job_id, std::optional<TrialStatus> status) const;
   int64_t next_trial_number(const std::string& job_id) const;
   // COMPLETE trials of other jobs with the same device_key (warm start).
@@ -116,9 +135,13 @@ class Store {
   // Crash recovery: every RUNNING trial becomes FAILED with `reason`; returns how many. One transaction.
   Result<int> fail_running_trials(const std::string& reason);
 
+  // Returns the record with its id. The trial must exist (kNotFound otherwise).
   Result<SubmissionRecord> insert_submission(const SubmissionRecord& s);
+  // Counts s.budget_day's submissions (all jobs) and inserts only when fewer than per_day exist, in one write
+  // transaction, so two concurrent callers cannot both take the last slot. kResourceExhausted when spent.
+  Result<SubmissionRecord> insert_submission_within_budget(const SubmissionRecord& s, int per_day);
   std::vector<SubmissionRecord> list_submissions(const std::string& job_id) const;   // "" = all
-  int count_submissions_on_day(const std::string& budget_day) const;
+  int count_submissions_on_day(const std::string& budget_day) const;   // all jobs
 
  private:
   struct Impl;

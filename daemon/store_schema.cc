@@ -1,0 +1,168 @@
+// The store's schema as an ordered list of forward migrations. A migration is never edited once released:
+// a change is a new entry at the end.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "daemon/store_sqlite.h"
+
+namespace soartune::daemon::sql {
+
+namespace {
+
+// v1: jobs and trials with their per-tier metrics.
+constexpr const char* kV1 = R"sql(
+CREATE TABLE jobs (
+  id            TEXT PRIMARY KEY,
+  name          TEXT NOT NULL DEFAULT '',
+  spec_yaml     TEXT NOT NULL DEFAULT '',
+  model         TEXT NOT NULL DEFAULT '',
+  device_key    TEXT NOT NULL DEFAULT '',
+  strategy      TEXT NOT NULL DEFAULT '',
+  trial_budget  INTEGER NOT NULL DEFAULT 0,
+  state         TEXT NOT NULL CHECK (state IN ('QUEUED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED')),
+  error         TEXT NOT NULL DEFAULT '',
+  stop_reason   TEXT NOT NULL DEFAULT '',
+  work_dir      TEXT NOT NULL DEFAULT '',
+  created_ms    INTEGER NOT NULL DEFAULT 0,
+  started_ms    INTEGER NOT NULL DEFAULT 0,
+  finished_ms   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_by_device_key ON jobs (device_key);
+CREATE INDEX jobs_by_state ON jobs (state);
+
+CREATE TABLE trials (
+  job_id             TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  number             INTEGER NOT NULL CHECK (number >= 0),
+  status             TEXT NOT NULL CHECK (status IN ('RUNNING', 'COMPLETE', 'FAILED', 'CANCELLED')),
+  params_json        TEXT NOT NULL DEFAULT '{}',
+  relative_accuracy  REAL NOT NULL DEFAULT 0,
+  accuracy_metric    TEXT NOT NULL DEFAULT '',
+  score              REAL NOT NULL DEFAULT 0,
+  gate               REAL NOT NULL DEFAULT 0,
+  error              TEXT NOT NULL DEFAULT '',
+  started_ms         INTEGER NOT NULL DEFAULT 0,
+  finished_ms        INTEGER NOT NULL DEFAULT 0,
+  log_tail           TEXT NOT NULL DEFAULT '',
+  engine_build       TEXT NOT NULL DEFAULT '',
+  device             TEXT NOT NULL DEFAULT '',
+  peak_memory_bytes  INTEGER NOT NULL DEFAULT 0,
+  result_json        TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, number)
+);
+CREATE INDEX trials_by_status ON trials (status);
+
+CREATE TABLE trial_tiers (
+  job_id               TEXT NOT NULL,
+  number               INTEGER NOT NULL,
+  tier                 TEXT NOT NULL,
+  position             INTEGER NOT NULL,
+  concurrency          INTEGER NOT NULL DEFAULT 0,
+  duration_s           REAL NOT NULL,
+  ttft_p50_ms          REAL NOT NULL DEFAULT 0,
+  ttft_p90_ms          REAL NOT NULL DEFAULT 0,
+  ttft_p99_ms          REAL NOT NULL DEFAULT 0,
+  tpot_p50_ms          REAL NOT NULL DEFAULT 0,
+  tpot_p90_ms          REAL NOT NULL DEFAULT 0,
+  tpot_p99_ms          REAL NOT NULL DEFAULT 0,
+  output_tokens_per_s  REAL NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, number, tier),
+  FOREIGN KEY (job_id, number) REFERENCES trials (job_id, number) ON DELETE CASCADE
+);
+)sql";
+
+// v2: official submissions against the daily budget.
+constexpr const char* kV2 = R"sql(
+CREATE TABLE submissions (
+  id                 INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id             TEXT NOT NULL,
+  trial              INTEGER NOT NULL,
+  submitted_ms       INTEGER NOT NULL,
+  budget_day         TEXT NOT NULL,
+  status             TEXT NOT NULL DEFAULT 'recorded',
+  s1                 REAL NOT NULL DEFAULT 0,
+  s8                 REAL NOT NULL DEFAULT 0,
+  sinf               REAL NOT NULL DEFAULT 0,
+  relative_accuracy  REAL NOT NULL DEFAULT 0,
+  c                  REAL NOT NULL DEFAULT 0,
+  final_score        REAL NOT NULL DEFAULT 0,
+  note               TEXT NOT NULL DEFAULT '',
+  FOREIGN KEY (job_id, trial) REFERENCES trials (job_id, number)
+);
+CREATE INDEX submissions_by_day ON submissions (budget_day);
+CREATE INDEX submissions_by_job ON submissions (job_id, submitted_ms);
+)sql";
+
+// v3: why the search chose each trial (the search's Suggestion as JSON).
+constexpr const char* kV3 = R"sql(
+ALTER TABLE trials ADD COLUMN suggestion_json TEXT NOT NULL DEFAULT '';
+)sql";
+
+Result<int> read_version(Connection& c) {
+  auto exists = Statement::prepare(c, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
+  if (!exists.ok()) return exists.status();
+  auto has = exists.value().step();
+  if (!has.ok()) return has.status();
+  if (!has.value()) return 0;
+  auto q = Statement::prepare(c, "SELECT MAX(version) FROM schema_version");
+  if (!q.ok()) return q.status();
+  auto row = q.value().step();
+  if (!row.ok()) return row.status();
+  if (!row.value() || q.value().is_null(0)) return 0;
+  return static_cast<int>(q.value().int64(0));
+}
+
+}  // namespace
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> kMigrations = {
+      {1, "jobs, trials and per-tier metrics", kV1},
+      {2, "official submissions", kV2},
+      {3, "trial suggestion (why the search chose it)", kV3},
+  };
+  return kMigrations;
+}
+
+int latest_schema_version() { return migrations().back().version; }
+
+Result<int> migrate(Connection& c, const std::string& path) {
+  auto current = read_version(c);
+  if (!current.ok()) return current.status();
+  if (current.value() > latest_schema_version()) {
+    return Status::Precondition("database " + path + " has schema version " + std::to_string(current.value()) +
+                                ", newer than the " + std::to_string(latest_schema_version()) +
+                                " this build knows; open it with a newer soartuned");
+  }
+  for (const Migration& m : migrations()) {
+    // The write lock is taken first and the version re-read under it, so two processes opening the same new
+    // database do not both apply a migration.
+    auto tx = Transaction::begin(c, Transaction::Kind::kWrite);
+    if (!tx.ok()) return tx.status();
+    auto v = read_version(c);
+    if (!v.ok()) return v.status();
+    if (v.value() >= m.version) continue;
+    if (v.value() != m.version - 1) {
+      return Status::Internal("database " + path + ": schema version " + std::to_string(v.value()) +
+                              " has no migration to " + std::to_string(m.version));
+    }
+    Status s = c.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_ms INTEGER "
+                      "NOT NULL DEFAULT 0)");
+    if (!s.ok()) return s;
+    s = c.exec(m.sql);
+    if (!s.ok()) {
+      return Status::Internal("database " + path + ": migration to version " + std::to_string(m.version) + " (" +
+                              m.description + ") failed: " + s.message);
+    }
+    auto bump = Statement::prepare(c, "INSERT INTO schema_version (version, applied_ms) VALUES (?, ?)");
+    if (!bump.ok()) return bump.status();
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count();
+    s = bump.value().bind(1, m.version).bind(2, now_ms).run();
+    if (!s.ok()) return s;
+    s = tx.value().commit();
+    if (!s.ok()) return s;
+  }
+  return read_version(c);
+}
+
+}  // namespace soartune::daemon::sql
