@@ -57,8 +57,9 @@ struct PlanPick {
   double p_failure = 0;
   double marginal_value = 0;       // gain in E[day's best] from adding this pick to the earlier ones
   double expected_best_after = 0;  // E[day's best] with this pick and the earlier ones
-  int64_t runner_up_trial = -1;    // the best alternative at this position (-1: none)
-  double runner_up_marginal = 0;
+  int64_t runner_up_trial = -1;    // the best unchosen candidate to put in this pick's place (-1: none)
+  double runner_up_marginal = 0;   // the runner-up's gain at this position (given the earlier picks)
+  double runner_up_expected_best = 0;  // E[day's best] with the runner-up in place of this pick
   std::string explanation;
 };
 
