@@ -32,7 +32,8 @@ struct DecodeAttentionArgs {
   const void* k_cache = nullptr;        // device, one layer
   const void* v_cache = nullptr;        // device, one layer
   const int32_t* block_table = nullptr; // device [batch][block_table_stride] page ids
-  const int32_t* seq_lens = nullptr;    // device [batch]: KV tokens of each sequence, the current one included
+  const int32_t* seq_lens = nullptr;    // device [batch]: KV tokens of each sequence, the current one
+                                        // included; 0 gives an all-zero output row (padding slots)
   int batch = 0;
   int n_heads = 0;
   int n_kv_heads = 0;
@@ -54,8 +55,9 @@ struct DecodeAttentionArgs {
 struct DecodeAttentionPlan {
   int kv_splits = 1;         // KV ranges per (sequence, KV head)
   int group_size = 1;        // query heads per KV head
+  int heads_per_cta = 1;     // query heads one CTA serves (group_size up to 8; larger groups are cut in chunks)
   int grid_x = 0;            // kv_splits
-  int grid_y = 0;            // n_kv_heads
+  int grid_y = 0;            // n_kv_heads * ceil(group_size / heads_per_cta)
   int grid_z = 0;            // batch
   int threads = 0;
   size_t workspace_bytes = 0;  // device scratch run() needs (0 when kv_splits == 1)

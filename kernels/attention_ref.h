@@ -17,17 +17,9 @@ struct PagedKvView {
   float v_scale = 1.f;
 };
 
-// The real value of one stored element (bf16 / fp16 widened, fp8 decoded, times scale).
+// The real value of one stored element (bf16 / fp16 widened, fp8 decoded, times scale), through
+// kernels/numeric_formats.h.
 float kv_cache_value(const void* cache, KvCacheDtype dtype, int64_t index, float scale);
-
-// Host conversions the tests and the twins share; round-to-nearest-even; fp8 saturates to the largest
-// finite value (e4m3: 448, e5m2: 57344) and keeps NaN.
-uint16_t float_to_bf16_bits(float x);
-float bf16_bits_to_float(uint16_t b);
-uint16_t float_to_fp16_bits(float x);
-float fp16_bits_to_float(uint16_t b);
-uint8_t float_to_fp8_bits(float x, KvCacheDtype fp8_dtype);
-float fp8_bits_to_float(uint8_t b, KvCacheDtype fp8_dtype);
 
 // q [batch][n_heads][head_dim] fp32 -> out same shape fp32. seq_lens[b] = 0 gives zeros.
 // softmax_scale 0 = 1 / sqrt(head_dim).

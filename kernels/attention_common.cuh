@@ -1,0 +1,78 @@
+// Device helpers shared by the attention kernels: 16-byte KV loads with the dequantisation fused, and
+// activation loads/stores. Internal to attention_decode.cu and attention_prefill.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "kernels/attention_paged.h"
+
+namespace soartune::kernels::attn_detail {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Bytes of one stored element, and elements in one 16-byte vector (usable in device code).
+template <KvCacheDtype T>
+inline constexpr int kKvBytes = (T == KvCacheDtype::kBf16 || T == KvCacheDtype::kFp16) ? 2 : 1;
+template <KvCacheDtype T>
+inline constexpr int kKvVec = 16 / kKvBytes<T>;
+
+__device__ __forceinline__ void fp8x2_to_float2(uint32_t two_bytes, __nv_fp8_interpretation_t kind, float* f) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes), kind);
+  const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  f[0] = v.x;
+  f[1] = v.y;
+}
+
+// Widens one 16-byte vector of the cache into kv_vec<T>() floats (element 0 = lowest address);
+// fp8 values are multiplied by scale (16-bit values are stored unscaled).
+template <KvCacheDtype T>
+__device__ __forceinline__ void dequant16(const uint4& raw, float scale, float* f) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (T == KvCacheDtype::kBf16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else if constexpr (T == KvCacheDtype::kFp16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  } else {
+    constexpr __nv_fp8_interpretation_t kind = T == KvCacheDtype::kFp8E4M3 ? __NV_E4M3 : __NV_E5M2;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      fp8x2_to_float2(w[i] & 0xffffu, kind, f + 4 * i);
+      fp8x2_to_float2(w[i] >> 16, kind, f + 4 * i + 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) f[i] *= scale;
+  }
+}
+
+__device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ float load_act(const void* base, ActDtype t, int64_t i) {
+  switch (t) {
+    case ActDtype::kBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case ActDtype::kFp16: return __half2float(static_cast<const __half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+__device__ __forceinline__ void store_act(void* base, ActDtype t, int64_t i, float v) {
+  switch (t) {
+    case ActDtype::kBf16: static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v); break;
+    case ActDtype::kFp16: static_cast<__half*>(base)[i] = __float2half_rn(v); break;
+    default: static_cast<float*>(base)[i] = v; break;
+  }
+}
+
+}  // namespace soartune::kernels::attn_detail

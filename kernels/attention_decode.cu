@@ -1,0 +1,341 @@
+#include "kernels/attention_decode.cuh"
+
+#include <cmath>
+
+#include "kernels/attention_common.cuh"
+
+namespace soartune::kernels {
+namespace {
+
+using attn_detail::dequant16;
+using attn_detail::kLog2e;
+using attn_detail::kKvBytes;
+using attn_detail::kKvVec;
+using attn_detail::load16;
+using attn_detail::load_act;
+using attn_detail::store_act;
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 64;          // KV tokens per tile
+constexpr int kMaxHeadsPerCta = 8;
+constexpr int kMaxSplits = 32;
+
+struct DecodeParams {
+  DecodeAttentionArgs a;
+  int splits;
+  int group;          // query heads per KV head
+  int heads_per_cta;
+  int head_chunks;    // ceil(group / heads_per_cta)
+  float q_scale;      // softmax_scale * log2(e): scores live in the log2 domain
+  float* part_o;      // [batch][n_heads][splits][head_dim]   (splits > 1)
+  float* part_lse;    // [batch][n_heads][splits], log2 domain
+};
+
+// One CTA: sequence blockIdx.z, KV head blockIdx.y / head_chunks, split blockIdx.x. Each thread owns
+// kVec consecutive dims (one 16-byte load) of one token per step; kLanes threads cover a head_dim row.
+template <KvCacheDtype KV, int D, int G>
+__global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
+  constexpr int kVec = kKvVec<KV>;
+  constexpr int kLanes = D / kVec;            // threads per token row
+  constexpr int kTokPerStep = kThreads / kLanes;
+  constexpr int kSteps = kTile / kTokPerStep;
+  constexpr bool kPrefetchV = kSteps <= 8;
+  static_assert(kLanes <= 32 && kSteps >= 1, "tile shape");
+
+  __shared__ __align__(16) float q_s[G][D];
+  __shared__ float s_s[G][kTile];
+  __shared__ float alpha_s[G], m_s[G], l_s[G];
+  __shared__ __align__(16) float red_s[kWarps][G][D];
+
+  const DecodeAttentionArgs& a = p.a;
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / p.head_chunks;
+  const int h0 = kv_head * p.group + (blockIdx.y % p.head_chunks) * p.heads_per_cta;
+  const int n_h = min(p.heads_per_cta, kv_head * p.group + p.group - h0);
+  const int b = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int li = tid % kLanes;
+  const int kg = tid / kLanes;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+
+  const int64_t q_stride = a.q_stride ? a.q_stride : int64_t(a.n_heads) * D;
+  const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int g = i / D, d = i % D;
+    q_s[g][d] = g < n_h ? load_act(a.q, a.act_dtype, b * q_stride + int64_t(h0 + g) * D + d) * p.q_scale : 0.f;
+  }
+  if (tid < G) {
+    m_s[tid] = -INFINITY;
+    l_s[tid] = 0.f;
+  }
+
+  const int seq_len = a.seq_lens[b];
+  const int n_pages = (seq_len + a.page_size - 1) / a.page_size;
+  const int pages_per_split = (n_pages + p.splits - 1) / p.splits;
+  const int start = split * pages_per_split * a.page_size;
+  const int end = min(seq_len, start + pages_per_split * a.page_size);
+  const int32_t* bt = a.block_table + int64_t(b) * a.block_table_stride;
+  const char* kc = static_cast<const char*>(a.k_cache);
+  const char* vc = static_cast<const char*>(a.v_cache);
+  constexpr int kElemBytes = kKvBytes<KV>;
+
+  float acc[G][kVec];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[g][i] = 0.f;
+  __syncthreads();
+
+  for (int t0 = start; t0 < end; t0 += kTile) {
+    // Phase 1: scores of this tile's tokens, loads first so kSteps 16-byte loads are in flight.
+    int64_t off[kSteps];
+    uint4 kraw[kSteps];
+    uint4 vraw[kPrefetchV ? kSteps : 1];
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      const int t = t0 + st * kTokPerStep + kg;
+      off[st] = -1;
+      if (t < end) {
+        const int page = __ldg(bt + t / a.page_size);
+        off[st] = ((int64_t(page) * a.n_kv_heads + kv_head) * a.page_size + t % a.page_size) * D + li * kVec;
+      }
+    }
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st)
+      kraw[st] = off[st] >= 0 ? load16(kc + off[st] * kElemBytes) : make_uint4(0, 0, 0, 0);
+    if constexpr (kPrefetchV) {
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st)
+        vraw[st] = off[st] >= 0 ? load16(vc + off[st] * kElemBytes) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      float k[kVec];
+      dequant16<KV>(kraw[st], a.k_scale, k);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float dot = 0.f;
+        const float4* qv = reinterpret_cast<const float4*>(&q_s[g][li * kVec]);
+#pragma unroll
+        for (int i = 0; i < kVec / 4; ++i) {
+          const float4 q4 = qv[i];
+          dot += q4.x * k[4 * i] + q4.y * k[4 * i + 1] + q4.z * k[4 * i + 2] + q4.w * k[4 * i + 3];
+        }
+#pragma unroll
+        for (int o = kLanes / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (li == 0) s_s[g][st * kTokPerStep + kg] = off[st] >= 0 ? dot : -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    // Phase 2: online-softmax update, one warp per head.
+    for (int g = warp; g < G; g += kWarps) {
+      float s0 = s_s[g][lane], s1 = s_s[g][lane + 32];
+      float mt = fmaxf(s0, s1);
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+      const float m_old = m_s[g];
+      const float m_new = fmaxf(m_old, mt);   // finite: a tile holds at least one token
+      const float p0 = exp2f(s0 - m_new), p1 = exp2f(s1 - m_new);
+      float sum = p0 + p1;
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      s_s[g][lane] = p0;
+      s_s[g][lane + 32] = p1;
+      __syncwarp();
+      if (lane == 0) {
+        const float alpha = exp2f(m_old - m_new);
+        alpha_s[g] = alpha;
+        m_s[g] = m_new;
+        l_s[g] = l_s[g] * alpha + sum;
+      }
+    }
+    __syncthreads();
+
+    // Phase 3: rescale and accumulate P V.
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float alpha = alpha_s[g];
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[g][i] *= alpha;
+    }
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      uint4 raw;
+      if constexpr (kPrefetchV) {
+        raw = vraw[st];
+      } else {
+        raw = off[st] >= 0 ? load16(vc + off[st] * kElemBytes) : make_uint4(0, 0, 0, 0);
+      }
+      float v[kVec];
+      dequant16<KV>(raw, a.v_scale, v);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float pw = s_s[g][st * kTokPerStep + kg];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc[g][i] += pw * v[i];
+      }
+    }
+    __syncthreads();
+  }
+
+  // Sum the token groups: inside the warp by shuffles, then across warps through shared memory.
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+#pragma unroll
+      for (int o = kLanes; o < 32; o *= 2) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+  if (lane < kLanes) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) red_s[warp][g][li * kVec + i] = acc[g][i];
+  }
+  __syncthreads();
+
+  for (int i = tid; i < n_h * D; i += kThreads) {
+    const int g = i / D, d = i % D;
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) o += red_s[w][g][d];
+    const float l = l_s[g];
+    const bool empty = start >= end;
+    const float val = empty ? 0.f : o / l;
+    const int h = h0 + g;
+    if (p.splits == 1) {
+      store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, val);
+    } else {
+      const int64_t row = (int64_t(b) * a.n_heads + h) * p.splits + split;
+      p.part_o[row * D + d] = val;
+      if (d == 0) p.part_lse[row] = empty ? -INFINITY : m_s[g] + log2f(l);
+    }
+  }
+}
+
+// Merges the splits of one (sequence, query head) by their log-sum-exp.
+template <int D>
+__global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
+  const DecodeAttentionArgs& a = p.a;
+  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+  const int64_t row = (int64_t(b) * a.n_heads + h) * p.splits;
+  float m = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, p.part_lse[row + s]);
+  float num = 0.f, den = 0.f;
+  if (m != -INFINITY) {
+    for (int s = 0; s < p.splits; ++s) {
+      const float w = exp2f(p.part_lse[row + s] - m);
+      num += w * p.part_o[(row + s) * D + d];
+      den += w;
+    }
+  }
+  const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
+  store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, den > 0.f ? num / den : 0.f);
+}
+
+template <KvCacheDtype KV, int D>
+cudaError_t launch_d(const DecodeParams& p, const DecodeAttentionPlan& plan, cudaStream_t stream) {
+  const dim3 grid(plan.grid_x, plan.grid_y, plan.grid_z);
+  switch (plan.heads_per_cta) {
+    case 1: decode_attention_kernel<KV, D, 1><<<grid, kThreads, 0, stream>>>(p); break;
+    case 2: decode_attention_kernel<KV, D, 2><<<grid, kThreads, 0, stream>>>(p); break;
+    case 4: decode_attention_kernel<KV, D, 4><<<grid, kThreads, 0, stream>>>(p); break;
+    case 8: decode_attention_kernel<KV, D, 8><<<grid, kThreads, 0, stream>>>(p); break;
+    default: return cudaErrorInvalidValue;
+  }
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || p.splits == 1) return err;
+  decode_combine_kernel<D><<<dim3(p.a.n_heads, p.a.batch), D, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <KvCacheDtype KV>
+cudaError_t launch_kv(const DecodeParams& p, const DecodeAttentionPlan& plan, cudaStream_t stream) {
+  switch (p.a.head_dim) {
+    case 64: return launch_d<KV, 64>(p, plan, stream);
+    case 128: return launch_d<KV, 128>(p, plan, stream);
+    case 256: return launch_d<KV, 256>(p, plan, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+int heads_per_cta_for(int group) {
+  int h = 1;
+  while (h < group && h < kMaxHeadsPerCta) h *= 2;
+  return h;
+}
+
+}  // namespace
+
+std::string decode_attention_can_implement(const DecodeAttentionArgs& a) {
+  if (!a.q || !a.out || !a.k_cache || !a.v_cache || !a.block_table || !a.seq_lens)
+    return "q, out, k_cache, v_cache, block_table, seq_lens: must all be device pointers (one is null)";
+  if (a.batch < 1) return "batch: must be >= 1";
+  if (a.n_kv_heads < 1 || a.n_heads < 1 || a.n_heads % a.n_kv_heads != 0)
+    return "n_heads, n_kv_heads: n_heads must be a positive multiple of n_kv_heads";
+  if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) return "head_dim: allowed 64, 128, 256";
+  if (a.page_size < 1 || a.page_size > 1024) return "page_size: allowed 1..1024";
+  if (a.block_table_stride < 1) return "block_table_stride: must be >= 1";
+  const int kd = static_cast<int>(a.kv_dtype);
+  if (kd < 0 || kd > 3) return "kv_dtype: allowed bf16, fp16, fp8_e4m3, fp8_e5m2";
+  const int ad = static_cast<int>(a.act_dtype);
+  if (ad < 0 || ad > 2) return "act_dtype: allowed bf16, fp16, fp32";
+  if ((reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % 16 != 0)
+    return "k_cache, v_cache: must be 16-byte aligned";
+  if (a.q_stride < 0 || a.out_stride < 0) return "q_stride, out_stride: must be >= 0";
+  return "";
+}
+
+std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_splits, int sm_count,
+                                  DecodeAttentionPlan* plan) {
+  std::string err = decode_attention_can_implement(a);
+  if (!err.empty()) return err;
+  if (requested_splits < 0 || requested_splits > kMaxSplits || (requested_splits & (requested_splits - 1)) != 0)
+    return "decode_kv_splits: allowed 0, 1, 2, 4, 8, 16, 32";
+  DecodeAttentionPlan p;
+  p.group_size = a.n_heads / a.n_kv_heads;
+  p.heads_per_cta = heads_per_cta_for(p.group_size);
+  const int head_chunks = (p.group_size + p.heads_per_cta - 1) / p.heads_per_cta;
+  int splits = requested_splits;
+  if (splits == 0) {
+    const int64_t ctas = int64_t(a.batch) * a.n_kv_heads * head_chunks;
+    const int64_t target = 2 * int64_t(sm_count > 0 ? sm_count : 132);
+    splits = 1;
+    while (splits < kMaxSplits && ctas * splits < target && a.max_seq_len / (2 * splits) >= 256) splits *= 2;
+  }
+  p.kv_splits = splits;
+  p.grid_x = splits;
+  p.grid_y = a.n_kv_heads * head_chunks;
+  p.grid_z = a.batch;
+  p.threads = kThreads;
+  p.workspace_bytes =
+      splits == 1 ? 0 : size_t(a.batch) * a.n_heads * splits * (size_t(a.head_dim) + 1) * sizeof(float);
+  *plan = p;
+  return "";
+}
+
+cudaError_t decode_attention_run(const DecodeAttentionArgs& a, const DecodeAttentionPlan& plan, void* workspace,
+                                 cudaStream_t stream) {
+  if (plan.kv_splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+  DecodeParams p;
+  p.a = a;
+  p.splits = plan.kv_splits;
+  p.group = a.n_heads / a.n_kv_heads;
+  p.heads_per_cta = plan.heads_per_cta;
+  p.head_chunks = (p.group + p.heads_per_cta - 1) / p.heads_per_cta;
+  const float scale = a.softmax_scale != 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
+  p.q_scale = scale * kLog2e;
+  p.part_o = static_cast<float*>(workspace);
+  p.part_lse = p.part_o ? p.part_o + size_t(a.batch) * a.n_heads * plan.kv_splits * a.head_dim : nullptr;
+  switch (a.kv_dtype) {
+    case KvCacheDtype::kBf16: return launch_kv<KvCacheDtype::kBf16>(p, plan, stream);
+    case KvCacheDtype::kFp16: return launch_kv<KvCacheDtype::kFp16>(p, plan, stream);
+    case KvCacheDtype::kFp8E4M3: return launch_kv<KvCacheDtype::kFp8E4M3>(p, plan, stream);
+    case KvCacheDtype::kFp8E5M2: return launch_kv<KvCacheDtype::kFp8E5M2>(p, plan, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace soartune::kernels
