@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <sstream>
 
 namespace soartune::search {
 
@@ -13,6 +14,12 @@ int tier_index(const std::string& name) {
   for (int t = 0; t < kTiers; ++t)
     if (name == kTierNames[t]) return t;
   return -1;
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
 }
 
 std::string tier_list() { return std::string(kTierNames[0]) + ", " + kTierNames[1] + ", " + kTierNames[2]; }
@@ -69,7 +76,7 @@ Result<ScoringSpec> ScoringSpec::parse(const YAML::Node& node, const std::string
     for (int t = 0; t < kTiers; ++t) {
       const double v = tiers.value()[t].value_or(0.0);   // a tier left out of `weights` does not count
       if (v < 0)
-        return Status::Invalid(field + ".weights." + kTierNames[t] + ": " + std::to_string(v) + " is negative");
+        return Status::Invalid(field + ".weights." + kTierNames[t] + ": " + num(v) + " is negative");
       spec.weights[t] = v;
       sum += v;
     }
@@ -101,10 +108,9 @@ Result<ScoringSpec> ScoringSpec::parse(const YAML::Node& node, const std::string
               [](const GateTier& a, const GateTier& b) { return a.above_pct > b.above_pct; });
     for (size_t i = 1; i < spec.gate.size(); ++i)
       if (spec.gate[i].c > spec.gate[i - 1].c)
-        return Status::Invalid(gf + ": multiplier " + std::to_string(spec.gate[i].c) + " above " +
-                               std::to_string(spec.gate[i].above_pct) + " is larger than " +
-                               std::to_string(spec.gate[i - 1].c) + " above " +
-                               std::to_string(spec.gate[i - 1].above_pct) +
+        return Status::Invalid(gf + ": multiplier " + num(spec.gate[i].c) + " above " +
+                               num(spec.gate[i].above_pct) + " is larger than " + num(spec.gate[i - 1].c) +
+                               " above " + num(spec.gate[i - 1].above_pct) +
                                "; a higher threshold must not give a smaller multiplier");
   }
 

@@ -1,0 +1,108 @@
+#include "search/launch_knobs.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace soartune::search {
+namespace {
+
+TEST(LaunchKnobsTest, CatalogueHasEveryKnobOnceWithAnAllowedDefault) {
+  std::set<std::string> names;
+  for (const KnobSpec& k : launch_knobs()) {
+    EXPECT_TRUE(names.insert(k.name).second) << k.name;
+    EXPECT_TRUE(k.allows(k.default_value)) << k.name << " default " << to_text(k.default_value);
+    EXPECT_FALSE(k.description.empty()) << k.name;
+  }
+  for (const char* n : {"weight_bits", "weight_group_size", "attn_weight_bits", "edge_layers_bits", "kv_cache_dtype",
+                        "kv_page_size", "mem_fraction_pct", "max_running_requests", "max_prefill_tokens",
+                        "prefill_max_requests", "gemv_variant", "decode_kv_splits", "prefill_attn_block",
+                        "cuda_graphs", "cuda_graph_max_bs"})
+    EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_EQ(names.size(), 15u);
+}
+
+TEST(LaunchKnobsTest, DefaultsAreTheReferenceConfig) {
+  const Config d = default_config();
+  EXPECT_EQ(d.at("weight_bits"), Value{int64_t{16}});
+  EXPECT_EQ(d.at("weight_group_size"), Value{int64_t{128}});
+  EXPECT_EQ(d.at("kv_cache_dtype"), Value{std::string("bf16")});
+  EXPECT_EQ(d.at("kv_page_size"), Value{int64_t{16}});
+  EXPECT_EQ(d.at("mem_fraction_pct"), Value{int64_t{85}});
+  EXPECT_EQ(d.at("max_running_requests"), Value{int64_t{64}});
+  EXPECT_EQ(d.at("max_prefill_tokens"), Value{int64_t{2048}});
+  EXPECT_EQ(d.at("gemv_variant"), Value{std::string("auto")});
+  EXPECT_EQ(d.at("cuda_graphs"), Value{true});
+  EXPECT_EQ(d.at("cuda_graph_max_bs"), Value{int64_t{32}});
+  EXPECT_TRUE(validate_launch(d).ok());
+}
+
+TEST(LaunchKnobsTest, SglangFlags) {
+  EXPECT_EQ(find_knob("kv_cache_dtype")->sglang, "--kv-cache-dtype");
+  EXPECT_EQ(find_knob("max_running_requests")->sglang, "--max-running-requests");
+  EXPECT_EQ(find_knob("cuda_graphs")->sglang, "--disable-cuda-graph");
+  EXPECT_TRUE(find_knob("decode_kv_splits")->sglang.empty());
+}
+
+TEST(LaunchKnobsTest, LookUp) {
+  ASSERT_NE(find_knob("weight_bits"), nullptr);
+  EXPECT_EQ(find_knob("weight_bits")->type, KnobType::kInt);
+  EXPECT_EQ(find_knob("cuda_graphs")->type, KnobType::kBool);
+  EXPECT_EQ(find_knob("kv_cache_dtype")->type, KnobType::kString);
+  EXPECT_EQ(find_knob("no_such_knob"), nullptr);
+  EXPECT_NE(known_knob_names().find("weight_bits, weight_group_size"), std::string::npos);
+}
+
+TEST(LaunchKnobsTest, ValidateNamesFieldAndAllowedValues) {
+  EXPECT_TRUE(validate_knob("weight_bits", int64_t{8}, "launch.weight_bits").ok());
+  Status s = validate_knob("weight_bits", int64_t{5}, "launch.weight_bits");
+  EXPECT_EQ(s.code, Code::kInvalidArgument);
+  EXPECT_EQ(s.message, "launch.weight_bits: 5 is not one of 16, 8, 4");
+  s = validate_knob("kv_cache_dtype", std::string("fp9"), "launch.kv_cache_dtype");
+  EXPECT_EQ(s.message, "launch.kv_cache_dtype: fp9 is not one of bf16, fp16, fp8_e4m3, fp8_e5m2");
+  s = validate_knob("mem_fraction_pct", int64_t{96}, "f");
+  EXPECT_EQ(s.message, "f: 96 is not in 50..95");
+  EXPECT_TRUE(validate_knob("mem_fraction_pct", int64_t{50}, "f").ok());
+  EXPECT_TRUE(validate_knob("mem_fraction_pct", int64_t{95}, "f").ok());
+  s = validate_knob("weight_bits", std::string("abc"), "f");
+  EXPECT_EQ(s.message, "f: abc is not an integer; allowed: 16, 8, 4");
+  s = validate_knob("cuda_graphs", int64_t{1}, "f");
+  EXPECT_EQ(s.message, "f: 1 is not one of true, false");
+  s = validate_knob("foo", int64_t{1}, "launch.foo");
+  EXPECT_EQ(s.message.rfind("launch.foo: unknown knob; known knobs: weight_bits, ", 0), 0u) << s.message;
+}
+
+TEST(LaunchKnobsTest, GemvVariantIsAutoOrAKernelName) {
+  EXPECT_TRUE(validate_knob("gemv_variant", std::string("auto"), "f").ok());
+  EXPECT_TRUE(validate_knob("gemv_variant", std::string("w4_g128_t64x4"), "f").ok());
+  EXPECT_FALSE(validate_knob("gemv_variant", std::string("Bad-Name"), "f").ok());
+  EXPECT_FALSE(validate_knob("gemv_variant", std::string(""), "f").ok());
+}
+
+TEST(LaunchKnobsTest, ValueFromTextFollowsTheKnobType) {
+  Result<Value> v = knob_value_from_text(*find_knob("cuda_graphs"), "false", "x");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v.value(), Value{false});
+  v = knob_value_from_text(*find_knob("kv_page_size"), "64", "x");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v.value(), Value{int64_t{64}});
+  v = knob_value_from_text(*find_knob("kv_page_size"), "6.5", "x");
+  EXPECT_FALSE(v.ok());
+  EXPECT_EQ(v.status().message, "x: 6.5 is not an integer; allowed: 8, 16, 32, 64, 128");
+}
+
+TEST(LaunchKnobsTest, ReferenceConfigOverlaysAndValidates) {
+  Result<Config> r = reference_config({{"weight_bits", int64_t{8}}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().at("weight_bits"), Value{int64_t{8}});
+  EXPECT_EQ(r.value().at("kv_cache_dtype"), Value{std::string("bf16")});
+  EXPECT_EQ(r.value().size(), launch_knobs().size());
+  r = reference_config({{"kv_page_size", int64_t{12}}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message, "reference.kv_page_size: 12 is not one of 8, 16, 32, 64, 128");
+  Status s = validate_launch({{"weight_bits", int64_t{4}}, {"max_prefill_tokens", int64_t{8}}});
+  EXPECT_EQ(s.message, "launch.max_prefill_tokens: 8 is not in 16..131072");
+}
+
+}  // namespace
+}  // namespace soartune::search
