@@ -1,0 +1,51 @@
+#include "search/failure_model.h"
+
+#include <cmath>
+#include <limits>
+
+namespace soartune::search {
+
+void FailureModel::fit(const Eigen::MatrixXd& X, const std::vector<bool>& failed) {
+  X_ = X;
+  const int n = static_cast<int>(X.rows());
+  y_.resize(n);
+  double nf = 0;
+  for (int i = 0; i < n; ++i) {
+    y_[i] = failed[static_cast<size_t>(i)] ? 1.0 : 0.0;
+    nf += y_[i];
+  }
+  // Jeffreys-like base rate, so "no failure yet" is small but not zero.
+  base_rate_ = (nf + 0.5) / (n + 1.0);
+  const double scale = std::sqrt(std::max<double>(1, static_cast<double>(X.cols())));
+  bandwidth_ = 0.15 * scale;
+  if (n < 4 || nf == 0 || nf == n) return;
+  double best = -std::numeric_limits<double>::infinity();
+  for (double f : {0.03, 0.05, 0.08, 0.12, 0.18, 0.27, 0.4, 0.6, 1.0}) {
+    const double h = f * scale;
+    double ll = 0;
+    for (int i = 0; i < n; ++i) {
+      const double p = std::clamp(estimate(X.row(i).transpose(), h, i), 1e-6, 1 - 1e-6);
+      ll += y_[i] > 0.5 ? std::log(p) : std::log1p(-p);
+    }
+    if (ll > best) {
+      best = ll;
+      bandwidth_ = h;
+    }
+  }
+}
+
+double FailureModel::estimate(const Eigen::VectorXd& x, double h, int skip) const {
+  double a = prior_strength_ * base_rate_, b = prior_strength_ * (1 - base_rate_);
+  if (X_.rows() > 0) {
+    const Eigen::ArrayXd d2 = (X_.rowwise() - x.transpose()).rowwise().squaredNorm().array();
+    Eigen::ArrayXd w = (-0.5 * d2 / (h * h)).exp();
+    if (skip >= 0) w[skip] = 0;
+    a += (w * y_.array()).sum();
+    b += (w * (1 - y_.array())).sum();
+  }
+  return a / (a + b);
+}
+
+double FailureModel::probability(const Eigen::VectorXd& x) const { return estimate(x, bandwidth_, -1); }
+
+}  // namespace soartune::search
