@@ -187,6 +187,35 @@ Status validate_launch(const Config& c, const std::string& field) {
   return Status::Ok();
 }
 
+Result<Config> launch_config_from_text(const std::map<std::string, std::string>& m, const std::string& field) {
+  Config c;
+  for (const auto& [name, text] : m) {
+    const std::string f = field + "." + name;
+    const KnobSpec* knob = find_knob(name);
+    if (!knob) return Status::Invalid(f + ": unknown knob; known knobs: " + known_knob_names());
+    Result<Value> v = knob_value_from_text(*knob, text, f);
+    if (!v.ok()) return v.status();
+    c[name] = v.value();
+  }
+  return c;
+}
+
+Result<Config> launch_config_from_yaml(const YAML::Node& node, const std::string& field) {
+  if (!node.IsDefined() || node.IsNull()) return Config{};
+  if (!node.IsMap()) return Status::Invalid(field + ": must be a mapping of knob name -> value");
+  std::map<std::string, std::string> m;
+  for (const auto& kv : node) {
+    const std::string name = kv.first.Scalar();
+    if (!kv.second.IsScalar()) {
+      const KnobSpec* knob = find_knob(name);
+      return Status::Invalid(field + "." + name + ": must be a single value" +
+                             (knob ? "; allowed: " + knob->allowed_text() : std::string()));
+    }
+    m[name] = kv.second.Scalar();
+  }
+  return launch_config_from_text(m, field);
+}
+
 Config default_config() {
   Config c;
   for (const KnobSpec& k : launch_knobs()) c[k.name] = k.default_value;

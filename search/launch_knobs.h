@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <yaml-cpp/yaml.h>
 
 #include "search/config.h"
 #include "search/status.h"
@@ -49,6 +52,14 @@ Result<Value> knob_value_from_text(const KnobSpec& knob, const std::string& text
 Status validate_knob(const std::string& name, const Value& v, const std::string& field);
 // Checks every entry of a launch config; fields are "<field>.<knob>".
 Status validate_launch(const Config& c, const std::string& field = "launch");
+
+// Reads a launch config from text (what the store and the API carry), each value the way its knob reads it, so
+// that a config survives a round trip through text unchanged. Fields are "<field>.<knob>".
+Result<Config> launch_config_from_text(const std::map<std::string, std::string>& m,
+                                       const std::string& field = "launch");
+// Reads a mapping of knob -> scalar (the job spec's `reference:` and `fixed:`, trial.yaml's `launch:`); a null or
+// absent node is an empty config.
+Result<Config> launch_config_from_yaml(const YAML::Node& node, const std::string& field = "launch");
 
 // The catalogue defaults: the reference config when the job spec says nothing.
 Config default_config();

@@ -39,7 +39,7 @@ Result<double> read_number(const YAML::Node& node, const std::string& field) {
 Status check_keys(const YAML::Node& node, const std::string& field, const std::set<std::string>& allowed,
                   const std::string& allowed_text) {
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();
     if (!allowed.count(key)) return Status::Invalid(field + "." + key + ": unknown key; allowed: " + allowed_text);
   }
   return Status::Ok();
@@ -50,7 +50,7 @@ Result<std::array<std::optional<double>, kTiers>> read_tiers(const YAML::Node& n
   if (!node.IsMap()) return Status::Invalid(field + ": must be a mapping with keys from " + tier_list());
   std::array<std::optional<double>, kTiers> out;
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();
     const int t = tier_index(key);
     if (t < 0) return Status::Invalid(field + "." + key + ": unknown tier; allowed: " + tier_list());
     Result<double> v = read_number(kv.second, field + "." + key);

@@ -54,7 +54,7 @@ const char* type_name(ParamType t) {
 
 Status check_keys(const YAML::Node& node, const std::string& field, const std::set<std::string>& allowed) {
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();
     if (!allowed.count(key)) {
       std::string list;
       for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
@@ -185,7 +185,7 @@ Result<Space> Space::parse(const YAML::Node& node, const std::string& field) {
   if (!node.IsDefined() || node.IsNull()) return space;
   if (!node.IsMap()) return Status::Invalid(field + ": must be a mapping of knob name -> parameter");
   for (const auto& kv : node) {
-    const std::string name = kv.first.as<std::string>();
+    const std::string name = kv.first.Scalar();
     const std::string f = field + "." + name;
     if (space.find(name)) return Status::Invalid(f + ": defined twice");
     Result<ParamSpec> p = parse_param(name, kv.second, f);
@@ -194,7 +194,7 @@ Result<Space> Space::parse(const YAML::Node& node, const std::string& field) {
       if (!when.IsMap() || when.size() == 0)
         return Status::Invalid(f + ".when: must be a mapping of earlier parameter -> allowed values");
       for (const auto& cond : when) {
-        const std::string parent_name = cond.first.as<std::string>();
+        const std::string parent_name = cond.first.Scalar();
         const std::string wf = f + ".when." + parent_name;
         const ParamSpec* parent = space.find(parent_name);
         if (!parent) {

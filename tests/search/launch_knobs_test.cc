@@ -106,3 +106,43 @@ TEST(LaunchKnobsTest, ReferenceConfigOverlaysAndValidates) {
 
 }  // namespace
 }  // namespace soartune::search
+
+namespace soartune::search {
+namespace {
+
+TEST(LaunchKnobsTest, LaunchConfigFromTextRoundTrips) {
+  Config c = default_config();
+  c["weight_bits"] = int64_t{4};
+  c["gemv_variant"] = std::string("w4_g128_t64x4");
+  c["cuda_graphs"] = false;
+  Result<Config> back = launch_config_from_text(to_text(c));
+  ASSERT_TRUE(back.ok()) << back.status().message;
+  EXPECT_EQ(back.value(), c);
+  // A kernel name of digits only stays a string for the string knob.
+  back = launch_config_from_text({{"gemv_variant", "128"}});
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back.value().at("gemv_variant"), Value{std::string("128")});
+  back = launch_config_from_text({{"kv_cache_dtype", "fp9"}});
+  EXPECT_EQ(back.status().message, "launch.kv_cache_dtype: fp9 is not one of bf16, fp16, fp8_e4m3, fp8_e5m2");
+  back = launch_config_from_text({{"bits", "4"}}, "fixed");
+  EXPECT_EQ(back.status().message.rfind("fixed.bits: unknown knob; known knobs: ", 0), 0u);
+}
+
+TEST(LaunchKnobsTest, LaunchConfigFromYaml) {
+  Result<Config> r = launch_config_from_yaml(YAML::Load("{weight_bits: 4, kv_cache_dtype: fp8_e4m3, cuda_graphs: false}"),
+                                             "reference");
+  ASSERT_TRUE(r.ok()) << r.status().message;
+  EXPECT_EQ(r.value(), (Config{{"weight_bits", int64_t{4}}, {"kv_cache_dtype", std::string("fp8_e4m3")},
+                               {"cuda_graphs", false}}));
+  EXPECT_TRUE(launch_config_from_yaml(YAML::Node()).value().empty());
+  EXPECT_TRUE(launch_config_from_yaml(YAML::Load("{}")).value().empty());
+  EXPECT_EQ(launch_config_from_yaml(YAML::Load("[4]"), "fixed").status().message,
+            "fixed: must be a mapping of knob name -> value");
+  EXPECT_EQ(launch_config_from_yaml(YAML::Load("{weight_bits: [4]}"), "fixed").status().message,
+            "fixed.weight_bits: must be a single value; allowed: 16, 8, 4");
+  EXPECT_EQ(launch_config_from_yaml(YAML::Load("{max_running_requests: 0}")).status().message,
+            "launch.max_running_requests: 0 is not in 1..1024");
+}
+
+}  // namespace
+}  // namespace soartune::search

@@ -279,3 +279,16 @@ TEST(SpaceTest, CardinalityAndEnumeration) {
 
 }  // namespace
 }  // namespace soartune::search
+
+namespace soartune::search {
+namespace {
+
+TEST(SpaceTest, MalformedYamlGivesAnErrorNotAnException) {
+  EXPECT_FALSE(parse("? [a, b]\n: {type: bool}").ok());
+  EXPECT_FALSE(parse("weight_bits: {type: [choice]}").ok());
+  EXPECT_FALSE(parse("weight_bits: {type: choice, values: 16}").ok());
+  EXPECT_FALSE(parse("max_running_requests: {type: int, low: [1], high: 8}").ok());
+}
+
+}  // namespace
+}  // namespace soartune::search
