@@ -1,0 +1,193 @@
+// Timing of the attention kernels on llama3-8b shapes (32 query heads, 8 KV heads, head_dim 128), one
+// layer per launch, beside the measured copy bandwidth. Not a test: prints a table.
+//   attention_timing            decode at 32k context (batch 1, 8), prefill of a 4k prompt
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/attention_decode.cuh"
+#include "kernels/attention_prefill.cuh"
+
+using namespace soartune::kernels;
+
+#define CK(stmt)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (stmt);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #stmt, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+template <typename F>
+float median_ms(F&& f, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f();
+  CK(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Random bytes that are finite in every KV dtype (the top exponent bit cleared): one 16 MiB random block
+// repeated over the buffer.
+void fill_random(void* p, size_t bytes, uint64_t seed) {
+  const size_t chunk = std::min(bytes, size_t(16) << 20);
+  std::vector<uint8_t> h(chunk);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < chunk; ++i) h[i] = uint8_t(rng()) & 0xb7;
+  for (size_t off = 0; off < bytes; off += chunk)
+    CK(cudaMemcpy(static_cast<char*>(p) + off, h.data(), std::min(chunk, bytes - off), cudaMemcpyHostToDevice));
+}
+
+int main() {
+  int dev = 0, sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device %s, %d SMs\n", prop.name, sms);
+
+  // Copy ceiling: 2 GiB device-to-device, bytes read + written.
+  const size_t copy_bytes = size_t(2) << 30;
+  void *src, *dst;
+  CK(cudaMalloc(&src, copy_bytes));
+  CK(cudaMalloc(&dst, copy_bytes));
+  CK(cudaMemset(src, 1, copy_bytes));
+  const float copy_ms = median_ms([&] { CK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  std::printf("copy: %.3f ms for 2 GiB -> %.0f GB/s (read + write)\n", copy_ms, copy_gbs);
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+
+  const int n_heads = 32, n_kv = 8, d = 128, page = 16;
+  std::printf("\n%-9s %5s %6s %6s %10s %10s %8s\n", "kv", "batch", "ctx", "splits", "us", "roofline", "GB/s");
+  for (KvCacheDtype kv : {KvCacheDtype::kBf16, KvCacheDtype::kFp16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2}) {
+    for (int batch : {1, 8}) {
+      for (int ctx : {4096, 32768}) {
+        const int pages_per_seq = ctx / page;
+        const size_t pages = size_t(batch) * pages_per_seq;
+        const size_t cache_bytes = pages * n_kv * page * d * kv_dtype_bytes(kv);
+        void *k, *v, *q, *out, *bt, *lens;
+        CK(cudaMalloc(&k, cache_bytes));
+        CK(cudaMalloc(&v, cache_bytes));
+        fill_random(k, cache_bytes, 1);
+        fill_random(v, cache_bytes, 2);
+        CK(cudaMalloc(&q, size_t(batch) * n_heads * d * 2));
+        CK(cudaMalloc(&out, size_t(batch) * n_heads * d * 2));
+        fill_random(q, size_t(batch) * n_heads * d * 2, 3);
+        std::vector<int32_t> hbt(pages);
+        for (size_t i = 0; i < pages; ++i) hbt[i] = int32_t(i);
+        std::shuffle(hbt.begin(), hbt.end(), std::mt19937_64(4));
+        std::vector<int32_t> hl(batch, ctx);
+        CK(cudaMalloc(&bt, pages * 4));
+        CK(cudaMalloc(&lens, batch * 4));
+        CK(cudaMemcpy(bt, hbt.data(), pages * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(lens, hl.data(), batch * 4, cudaMemcpyHostToDevice));
+        DecodeAttentionArgs a;
+        a.q = q;
+        a.out = out;
+        a.k_cache = k;
+        a.v_cache = v;
+        a.block_table = static_cast<int32_t*>(bt);
+        a.seq_lens = static_cast<int32_t*>(lens);
+        a.batch = batch;
+        a.n_heads = n_heads;
+        a.n_kv_heads = n_kv;
+        a.head_dim = d;
+        a.page_size = page;
+        a.block_table_stride = pages_per_seq;
+        a.max_seq_len = ctx;
+        a.kv_dtype = kv;
+        for (int splits : {0, 1, 4, 16, 32}) {
+          DecodeAttentionPlan plan;
+          if (!decode_attention_plan(a, splits, sms, &plan).empty()) return 1;
+          void* ws = nullptr;
+          if (plan.workspace_bytes) CK(cudaMalloc(&ws, plan.workspace_bytes));
+          const float ms = median_ms([&] { CK(decode_attention_run(a, plan, ws, nullptr)); }, 30);
+          const double bytes = 2.0 * cache_bytes;
+          std::printf("%-9s %5d %6d %3d(%2d) %10.1f %10.1f %8.0f\n", kv_dtype_name(kv), batch, ctx, splits,
+                      plan.kv_splits, ms * 1e3, bytes / copy_gbs * 1e-3, bytes / (ms * 1e-3) / 1e9);
+          if (ws) CK(cudaFree(ws));
+        }
+        CK(cudaFree(k));
+        CK(cudaFree(v));
+        CK(cudaFree(q));
+        CK(cudaFree(out));
+        CK(cudaFree(bt));
+        CK(cudaFree(lens));
+      }
+    }
+  }
+
+  // Prefill: one 4096-token prompt, causal.
+  std::printf("\n%-9s %6s %7s %10s %8s\n", "kv", "q_len", "block_m", "ms/layer", "TFLOP/s");
+  const int q_len = 4096;
+  for (KvCacheDtype kv : {KvCacheDtype::kBf16, KvCacheDtype::kFp8E4M3}) {
+    const int pages_per_seq = q_len / page;
+    const size_t cache_bytes = size_t(pages_per_seq) * n_kv * page * d * kv_dtype_bytes(kv);
+    void *k, *v, *q, *out, *bt, *offs, *pre;
+    CK(cudaMalloc(&k, cache_bytes));
+    CK(cudaMalloc(&v, cache_bytes));
+    fill_random(k, cache_bytes, 5);
+    fill_random(v, cache_bytes, 6);
+    const size_t qb = size_t(q_len) * n_heads * d * 2;
+    CK(cudaMalloc(&q, qb));
+    CK(cudaMalloc(&out, qb));
+    fill_random(q, qb, 7);
+    std::vector<int32_t> hbt(pages_per_seq);
+    for (int i = 0; i < pages_per_seq; ++i) hbt[i] = i;
+    std::vector<int32_t> ho = {0, q_len}, hp = {0};
+    CK(cudaMalloc(&bt, pages_per_seq * 4));
+    CK(cudaMalloc(&offs, 8));
+    CK(cudaMalloc(&pre, 4));
+    CK(cudaMemcpy(bt, hbt.data(), pages_per_seq * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(offs, ho.data(), 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(pre, hp.data(), 4, cudaMemcpyHostToDevice));
+    PrefillAttentionArgs a;
+    a.q = q;
+    a.out = out;
+    a.k_cache = k;
+    a.v_cache = v;
+    a.block_table = static_cast<int32_t*>(bt);
+    a.q_offsets = static_cast<int32_t*>(offs);
+    a.prefix_lens = static_cast<int32_t*>(pre);
+    a.batch = 1;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv;
+    a.head_dim = d;
+    a.page_size = page;
+    a.block_table_stride = pages_per_seq;
+    a.max_q_len = q_len;
+    a.kv_dtype = kv;
+    const double flops = 4.0 * n_heads * d * (double(q_len) * (q_len + 1) / 2);
+    for (int bm : {32, 64, 128}) {
+      PrefillAttentionPlan plan;
+      if (!prefill_attention_plan(a, bm, &plan).empty()) return 1;
+      const float ms = median_ms([&] { CK(prefill_attention_run(a, plan, nullptr)); }, 10);
+      std::printf("%-9s %6d %7d %10.3f %8.1f\n", kv_dtype_name(kv), q_len, bm, ms, flops / (ms * 1e-3) / 1e12);
+    }
+    CK(cudaFree(k));
+    CK(cudaFree(v));
+    CK(cudaFree(q));
+    CK(cudaFree(out));
+    CK(cudaFree(bt));
+    CK(cudaFree(offs));
+    CK(cudaFree(pre));
+  }
+  return 0;
+}
