@@ -38,7 +38,10 @@ std::string shell_quote(const std::string& s) {
 
 std::string joined_args(const SglangMapping& m) {
   std::string out;
-  for (const std::string& a : m.args) out += (out.empty() ? "" : " ") + shell_quote(a);
+  for (const std::string& a : m.args) {
+    if (!out.empty()) out += ' ';
+    out += shell_quote(a);
+  }
   return out;
 }
 
