@@ -287,7 +287,9 @@ class WatchView {
     std::string bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "] " + progress_text();
     if (job_.trials_running() > 0) bar += "  running " + std::to_string(job_.trials_running());
     const double eta = eta_seconds(job_);
-    if (eta >= 0 && !is_terminal(job_.state())) bar += "  ETA " + fmt_elapsed(eta);
+    if (eta >= 0 && !is_terminal(job_.state()) && job_.trials_done() < job_.trial_budget()) {
+      bar += "  ETA " + fmt_elapsed(eta);
+    }
     std::cout << "\r\033[K" << bar << std::flush;
     bar_shown_ = true;
   }
@@ -310,11 +312,13 @@ class WatchView {
   }
 
   static std::string strategy_text(const v1::Trial& t) {
-    if (!t.has_suggestion() || t.suggestion().strategy().empty()) return "";
+    if (!t.has_suggestion() || t.suggestion().strategy().empty() || t.suggestion().strategy() == "reference") {
+      return "";
+    }
     const auto& s = t.suggestion();
     std::string out = "  [" + s.strategy();
     if (s.predicted_score_std() > 0) {
-      out += ", predicted " + fmt_score(s.predicted_score()) + " +- " + fmt_score(s.predicted_score_std());
+      out += ", predicted " + fmt_score(s.predicted_score()) + " ± " + fmt_score(s.predicted_score_std());
     }
     return out + "]";
   }

@@ -143,7 +143,13 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
     std::cout << key("accuracy") << fmt_accuracy(t.relative_accuracy())
               << (t.accuracy_metric().empty() ? "" : " (" + t.accuracy_metric() + ")") << "\n";
   }
-  if (!t.error().empty()) std::cout << key("error") << t.error() << "\n";
+  if (!t.error().empty()) {
+    std::istringstream lines(t.error());
+    bool first = true;
+    for (std::string line; std::getline(lines, line); first = false) {
+      std::cout << (first ? key("error") : std::string(16, ' ')) << line << "\n";
+    }
+  }
 
   std::cout << "params\n";
   std::map<std::string, std::string> params(t.params().begin(), t.params().end());
@@ -177,7 +183,7 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
     std::cout << key("strategy") << (s.strategy().empty() ? "-" : s.strategy()) << "\n";
     const bool modelled = s.predicted_score() != 0 || s.predicted_score_std() != 0 || s.p_gate_size() > 0;
     if (modelled) {
-      std::cout << key("predicted") << fmt_score(s.predicted_score()) << " +- " << fmt_score(s.predicted_score_std())
+      std::cout << key("predicted") << fmt_score(s.predicted_score()) << " ± " << fmt_score(s.predicted_score_std())
                 << "\n";
       std::cout << key("EI") << fmt_score(s.expected_improvement()) << "\n";
       std::cout << key("P(failure)") << fmt_percent(s.p_failure()) << "\n";
