@@ -13,9 +13,12 @@
 namespace soartune::search {
 namespace {
 
-constexpr int kCandidates = 640;       // quasi-random candidates per suggestion
-constexpr int kLocalStarts = 4;        // best candidates refined by one-knob-at-a-time hill climbing
-constexpr int kLocalSteps = 6;
+// Quasi-random candidates per suggestion and the best few refined by one-knob-at-a-time hill climbing; fewer
+// once the models hold many trials, where each prediction costs O(n^2) and the models change little per trial.
+constexpr int kCandidates = 640, kCandidatesLarge = 192;
+constexpr int kLocalStarts = 4, kLocalStartsLarge = 2;
+constexpr int kLocalSteps = 6, kLocalStepsLarge = 3;
+constexpr int kLargeHistory = 100;
 constexpr int kNeighbourSeeds = 3;     // best observed configs whose neighbours join the candidates
 
 uint64_t mix(uint64_t a, uint64_t b) {
@@ -138,7 +141,10 @@ std::vector<Suggestion> BayesStrategy::ask(const SearchProblem& problem, const s
     if (seen.count(k) || !pool_keys.insert(k).second) return;
     pool.push_back(std::move(c));
   };
-  for (const auto& u : latin_hypercube(kCandidates, enc.num_params(), round_seed, 1)) {
+  const bool large = models.complete_count() > kLargeHistory;
+  const int local_starts = large ? kLocalStartsLarge : kLocalStarts;
+  const int local_steps = large ? kLocalStepsLarge : kLocalSteps;
+  for (const auto& u : latin_hypercube(large ? kCandidatesLarge : kCandidates, enc.num_params(), round_seed, 1)) {
     offer(enc.from_unit(u, problem.reference));
   }
   for (int r = 0; r < std::min<int>(kNeighbourSeeds, static_cast<int>(ranked.size())); ++r) {
@@ -168,9 +174,9 @@ std::vector<Suggestion> BayesStrategy::ask(const SearchProblem& problem, const s
 
     // Local search: from the best few candidates, change one knob at a time while the acquisition improves.
     std::optional<Scored> pick;
-    for (int s = 0; s < std::min<int>(kLocalStarts, static_cast<int>(order.size())); ++s) {
+    for (int s = 0; s < std::min<int>(local_starts, static_cast<int>(order.size())); ++s) {
       Scored cur = scored[order[s]];
-      for (int step = 0; step < kLocalSteps; ++step) {
+      for (int step = 0; step < local_steps; ++step) {
         std::vector<Config> nb;
         for (Config& c : enc.neighbours(cur.config, problem.reference)) {
           if (!seen.count(config_key(c))) nb.push_back(std::move(c));

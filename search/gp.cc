@@ -270,6 +270,7 @@ void Gp::predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd* mean, Eigen::Vector
   const Eigen::MatrixXd ks = matern52(Xs, X_, ls, sf2);   // ns x n
   if (mean) *mean = ((ks * alpha_).array() + c) * y_sd_ + y_mean_;
   if (var) {
+    // k*^T K^-1 k* = |L^-1 k*|^2: one blocked triangular solve for every candidate at once.
     Eigen::MatrixXd v = ks.transpose();
     L_.triangularView<Eigen::Lower>().solveInPlace(v);
     *var = ((sf2 - v.colwise().squaredNorm().transpose().array()).max(1e-12 * sf2) * y_sd_ * y_sd_).matrix();
