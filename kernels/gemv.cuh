@@ -1,0 +1,61 @@
+// Decode GEMV / skinny GEMM on the tensor cores: y[b][n] = sum_k x[b][k] * W[n][k] for batch 1..32, weights
+// in any kernels/weight_format.h format, dequantisation fused (codes -> bf16 in registers, never to memory).
+//
+// x   [batch][k] bf16, row b at x + b * x_stride (elements)
+// y   [batch][n] fp32 (or bf16 when out_bf16), row b at y + b * y_stride
+// W   DeviceLinear (weight_format.h)
+//
+// Work: a CTA of `warps` warps owns 16 * m_tiles output rows and splits k among its warps (interleaved 16-byte
+// chunks per thread, unrolled `unroll` deep); each warp issues mma.sync m16n8k16 (bf16 in, fp32 accumulate)
+// with the weight tile as A and up to four 8-wide batch tiles as B, so every weight byte is read once per call
+// for any batch <= 32; the CTA reduces its warps' partials through shared memory.
+// Bytes per call: weight_bytes + scale_bytes + batch * k * 2 (x, L2-resident) + batch * n * 4 (y).
+// FLOPs per call: 2 * batch * n * k (the tensor cores do ceil(batch / 8) * 8 columns).
+//
+// Variants (the gemv_variant knob): "m<m_tiles>w<warps>u<unroll>" from the closed set gemv_variant_names();
+// "auto" picks one by format and batch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/weight_format.h"
+
+namespace soartune::kernels {
+
+inline constexpr int kGemvMaxBatch = 32;
+
+struct GemvArgs {
+  DeviceLinear w;
+  const void* x = nullptr;   // device bf16
+  void* y = nullptr;         // device fp32 (bf16 when out_bf16)
+  int batch = 0;             // 1..32
+  int64_t x_stride = 0;      // 0 = k
+  int64_t y_stride = 0;      // 0 = n
+  bool out_bf16 = false;
+};
+
+struct GemvPlan {
+  int variant = -1;          // index into gemv_variant_names()
+  int m_tiles = 1, warps = 8, unroll = 2;
+  int n_tiles = 1;           // ceil(batch / 8)
+  int grid = 0;              // CTAs
+  int threads = 0;
+};
+
+// The closed set of variant names, in dispatch-table order.
+const std::vector<std::string>& gemv_variant_names();
+
+// "" when `variant` ("auto" or a name) can run args (format, k alignment, group, batch, pointers); else a
+// message naming the field and the allowed values.
+std::string gemv_can_implement(const GemvArgs& args, const std::string& variant);
+
+// Fills *plan (resolving "auto"); returns "" or can_implement's message.
+std::string gemv_plan(const GemvArgs& args, const std::string& variant, GemvPlan* plan);
+
+// Launches only. Returns the launch error, if any.
+cudaError_t gemv_run(const GemvArgs& args, const GemvPlan& plan, cudaStream_t stream);
+
+}  // namespace soartune::kernels
