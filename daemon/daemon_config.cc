@@ -1,0 +1,98 @@
+#include "daemon/daemon_config.h"
+
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+namespace soartune::daemon {
+
+namespace fs = std::filesystem;
+using search::Status;
+
+namespace {
+
+std::string relative_to(const std::string& p, const fs::path& base) {
+  if (p.empty() || fs::path(p).is_absolute()) return p;
+  return (base / p).lexically_normal().string();
+}
+
+}  // namespace
+
+Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    return Status::Invalid("config: " + path + ": " + e.what());
+  }
+  if (root.IsNull()) return Status::Ok();
+  if (!root.IsMap()) return Status::Invalid("config: " + path + " must be a YAML mapping");
+  fs::path base = fs::absolute(path).parent_path();
+  try {
+    for (const auto& kv : root) {
+      const std::string key = kv.first.Scalar();
+      const YAML::Node& v = kv.second;
+      if (key == "listen") cfg.listen = v.as<std::string>();
+      else if (key == "port_file") cfg.port_file = relative_to(v.as<std::string>(), base);
+      else if (key == "database") cfg.database = relative_to(v.as<std::string>(), base);
+      else if (key == "worker") cfg.worker = relative_to(v.as<std::string>(), base);
+      else if (key == "workloads_dir") cfg.workloads_dir = relative_to(v.as<std::string>(), base);
+      else if (key == "work_dir") cfg.work_dir = relative_to(v.as<std::string>(), base);
+      else if (key == "parallel_trials") cfg.parallel_trials = v.as<int>();
+      else if (key == "devices") {
+        if (!v.IsSequence()) return Status::Invalid("devices: must be a list such as [cpu] or [cuda:0, cuda:1]");
+        cfg.devices.clear();
+        for (const auto& d : v) cfg.devices.push_back(d.as<std::string>());
+      } else if (key == "trial_timeout_s") cfg.trial_timeout_s = v.as<double>();
+      else if (key == "log_level") cfg.log_level = v.as<std::string>();
+      else if (key == "submissions") {
+        if (!v.IsMap()) return Status::Invalid("submissions: must be a mapping {per_day, timezone}");
+        for (const auto& s : v) {
+          const std::string k = s.first.Scalar();
+          if (k == "per_day") cfg.submissions_per_day = s.second.as<int>();
+          else if (k == "timezone") cfg.submissions_timezone = s.second.as<std::string>();
+          else return Status::Invalid("submissions." + k + ": unknown field; allowed: per_day, timezone");
+        }
+      } else {
+        return Status::Invalid(key + ": unknown field; allowed: listen, port_file, database, worker, workloads_dir, "
+                               "work_dir, parallel_trials, devices, trial_timeout_s, log_level, submissions");
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::Invalid("config: " + path + ": " + e.what());
+  }
+  if (cfg.workloads_dir.empty()) cfg.workloads_dir = (base / "workloads").string();
+  return Status::Ok();
+}
+
+Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, const std::string& config_path) {
+  std::error_code ec;
+  if (cfg.worker.empty()) cfg.worker = (fs::path(exe_path).parent_path() / "soartune-worker").string();
+  if (cfg.workloads_dir.empty()) {
+    cfg.workloads_dir = config_path.empty() ? "configs/workloads"
+                                            : (fs::absolute(config_path).parent_path() / "workloads").string();
+  }
+  if (cfg.work_dir.empty()) cfg.work_dir = cfg.database + ".work";
+  cfg.worker = fs::absolute(cfg.worker, ec).string();
+  cfg.work_dir = fs::absolute(cfg.work_dir, ec).string();
+  cfg.workloads_dir = fs::absolute(cfg.workloads_dir, ec).string();
+  if (cfg.parallel_trials < 1) return Status::Invalid("parallel_trials: must be >= 1");
+  if (cfg.devices.empty()) return Status::Invalid("devices: must name at least one device (e.g. cpu)");
+  for (size_t i = 0; i < cfg.devices.size(); ++i) {
+    const std::string& d = cfg.devices[i];
+    if (d != "cpu" && d.rfind("cuda:", 0) != 0)
+      return Status::Invalid("devices[" + std::to_string(i) + "]: '" + d + "' is not cpu or cuda:<index>");
+    for (size_t j = 0; j < i; ++j)
+      if (cfg.devices[j] == d) return Status::Invalid("devices[" + std::to_string(i) + "]: " + d + " listed twice");
+  }
+  if (cfg.trial_timeout_s <= 0) return Status::Invalid("trial_timeout_s: must be > 0");
+  if (spdlog::level::from_str(cfg.log_level) == spdlog::level::off && cfg.log_level != "off")
+    return Status::Invalid("log_level: '" + cfg.log_level + "' is not one of trace, debug, info, warn, error, critical, off");
+  if (auto b = search::SubmissionBudget::make(cfg.submissions_timezone, cfg.submissions_per_day, "submissions"); !b.ok())
+    return b.status();
+  if (!fs::exists(cfg.worker)) spdlog::warn("worker {} does not exist; trials will fail until it does", cfg.worker);
+  return Status::Ok();
+}
+
+}  // namespace soartune::daemon

@@ -1,0 +1,35 @@
+// The daemon's settings: configs/daemon.yaml, then command-line flags on top (see soartuned_main.cc).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "search/budget_day.h"
+#include "search/status.h"
+
+namespace soartune::daemon {
+
+struct DaemonConfig {
+  std::string listen = "127.0.0.1:50051";   // port 0: pick a free port (reported in port_file and the log)
+  std::string port_file;                    // where the bound port is written, if set
+  std::string database = "soartune.db";
+  std::string worker;                       // default: soartune-worker beside soartuned
+  std::string workloads_dir;                // default: workloads/ beside the config file
+  std::string work_dir;                     // default: <database>.work/
+  int parallel_trials = 1;
+  std::vector<std::string> devices = {"cpu"};   // one trial per device at a time: "cpu", "cuda:0", ...
+  double trial_timeout_s = 600;
+  std::string log_level = "info";
+  int submissions_per_day = search::kDefaultSubmissionsPerDay;
+  std::string submissions_timezone = search::kDefaultBudgetTimeZone;
+};
+
+// Reads `path` (YAML) into `cfg`; unknown keys and bad values are errors naming the key. Relative paths in
+// the file are relative to the file's directory.
+search::Status load_daemon_config(const std::string& path, DaemonConfig& cfg);
+// Fills the defaults that depend on where things are (worker beside `exe_path`, work dir beside the database),
+// and checks the whole config.
+search::Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, const std::string& config_path);
+
+}  // namespace soartune::daemon

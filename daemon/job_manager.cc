@@ -1,0 +1,767 @@
+#include "daemon/job_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/trial_result.h"
+#include "daemon/worker_process.h"
+
+namespace soartune::daemon {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using search::Result;
+using search::Status;
+
+namespace {
+
+constexpr const char* kRestartReason = "daemon restarted";
+constexpr const char* kShutdownReason = "daemon shut down";
+constexpr const char* kCancelReason = "cancelled by CancelJob";
+
+std::string make_job_id() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  static std::mt19937_64 rng{std::random_device{}()};
+  static std::mutex m;
+  std::lock_guard<std::mutex> l(m);
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "%04x", static_cast<unsigned>(rng() & 0xffff));
+  return std::string("job-") + buf + "-" + hex;
+}
+
+bool counts_for_budget(const TrialRecord& t) {
+  if (t.status == TrialStatus::kCancelled) return false;
+  if (t.status == TrialStatus::kFailed && t.error == kRestartReason) return false;
+  return true;
+}
+
+// What the failure model is told about a FAILED trial, from the reason recorded with it.
+std::string failure_kind(const std::string& error) {
+  if (error.rfind("timeout", 0) == 0) return "timeout";
+  if (error.find("out of memory") != std::string::npos) return "out of memory";
+  if (error.find("crashed") != std::string::npos) return "crash";
+  if (error.rfind("worker exit code ", 0) == 0) {
+    size_t end = error.find_first_not_of("0123456789", 17);
+    return "exit code " + error.substr(17, end == std::string::npos ? std::string::npos : end - 17);
+  }
+  return error.empty() ? "failed" : error;
+}
+
+std::vector<TrialRecord> all_trials(Store& s, const std::string& job_id) {
+  TrialQuery q;
+  q.job_id = job_id;
+  q.limit = 1000000;
+  return s.list_trials(q);
+}
+
+}  // namespace
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_terminal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+std::string suggestion_to_json(const search::Suggestion& s) {
+  json j;
+  j["strategy"] = s.strategy;
+  j["predicted_score"] = std::isfinite(s.predicted_score) ? s.predicted_score : 0.0;
+  j["predicted_score_std"] = std::isfinite(s.predicted_score_std) ? s.predicted_score_std : 0.0;
+  j["expected_improvement"] = std::isfinite(s.expected_improvement) ? s.expected_improvement : 0.0;
+  j["p_failure"] = std::isfinite(s.p_failure) ? s.p_failure : 0.0;
+  j["p_gate"] = s.p_gate;
+  j["note"] = s.note;
+  j["config"] = search::to_text(s.config);
+  return j.dump();
+}
+
+bool is_reference_trial(const TrialRecord& t) {
+  json j = json::parse(t.suggestion_json, nullptr, false);
+  return !j.is_discarded() && j.is_object() && j.value("strategy", "") == "reference";
+}
+
+void rescore(const search::ScoringSpec& scoring, std::vector<TrialRecord>& trials) {
+  std::vector<search::TrialMetrics> observed;
+  for (const TrialRecord& t : trials)
+    if (t.status == TrialStatus::kComplete) observed.push_back(metrics_of(t));
+  if (observed.empty()) {
+    for (TrialRecord& t : trials) t.score = t.gate = 0;
+    return;
+  }
+  auto ref = search::reference_durations(scoring, observed);
+  for (TrialRecord& t : trials) {
+    if (t.status != TrialStatus::kComplete) {
+      t.score = t.gate = 0;
+      continue;
+    }
+    search::Score s = search::score(scoring, metrics_of(t), ref);
+    t.score = s.final_score;
+    t.gate = s.gate;
+  }
+}
+
+// ---- Watcher ----
+
+void Watcher::push(JobEventData e) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closed_) return;
+    q_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+std::optional<JobEventData> Watcher::pop(int timeout_ms) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] { return closed_ || !q_.empty(); });
+  if (q_.empty()) return std::nullopt;
+  JobEventData e = std::move(q_.front());
+  q_.pop_front();
+  return e;
+}
+
+void Watcher::close() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Watcher::closed() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return closed_;
+}
+
+// ---- JobManager ----
+
+struct JobManager::RunningTrial {
+  TrialRecord rec;
+  int device = -1;
+  bool is_reference = false;
+  std::string trial_file;
+  double timeout_s = 0;
+  CancelFlag cancel;
+  std::string cancel_reason;
+  std::thread th;
+  std::atomic<bool> done{false};
+};
+
+struct JobManager::JobRun {
+  std::string id;
+  std::shared_ptr<const JobSpec> spec;
+  std::string work_dir;
+  std::thread th;
+  std::mutex m;
+  std::condition_variable cv;
+  std::atomic<bool> cancel{false}, stop{false}, finished{false};
+  std::map<int64_t, std::shared_ptr<RunningTrial>> running;   // guarded by m
+  std::unique_ptr<search::Strategy> strategy;
+  std::vector<search::Observation> prior;
+};
+
+JobManager::JobManager(DaemonConfig cfg, std::unique_ptr<Store> store)
+    : cfg_(std::move(cfg)), store_(std::move(store)), device_busy_(cfg_.devices.size(), false) {}
+
+JobManager::~JobManager() { shutdown(); }
+
+Status JobManager::start() {
+  Result<int> failed = with_store([](Store& s) { return s.fail_running_trials(kRestartReason); });
+  if (!failed.ok()) return failed.status();
+  if (failed.value() > 0) spdlog::warn("marked {} trial(s) left RUNNING by a crash as FAILED ({})", failed.value(), kRestartReason);
+  std::vector<JobRecord> resume = with_store([](Store& s) {
+    std::vector<JobRecord> v = s.jobs_in_state(JobState::kRunning);
+    std::vector<JobRecord> q = s.jobs_in_state(JobState::kQueued);
+    v.insert(v.end(), q.begin(), q.end());
+    return v;
+  });
+  for (JobRecord& job : resume) {
+    Result<JobSpec> spec = parse_job_spec(job.spec_yaml, SpecContext{cfg_.workloads_dir});
+    if (!spec.ok()) {
+      job.state = JobState::kFailed;
+      job.error = "cannot resume: " + spec.status().message;
+      job.finished_ms = now_ms();
+      with_store([&](Store& s) { return s.update_job(job); });
+      spdlog::error("job {}: {}", job.id, job.error);
+      continue;
+    }
+    spdlog::info("resuming job {} ({})", job.id, to_string(job.state));
+    auto shared = std::make_shared<const JobSpec>(std::move(spec).value());
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      specs_[job.id] = shared;
+    }
+    start_runner(job, shared);
+  }
+  return Status::Ok();
+}
+
+void JobManager::shutdown() {
+  if (shutting_down_.exchange(true)) return;
+  std::vector<std::shared_ptr<JobRun>> runs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [id, r] : runs_) runs.push_back(r);
+  }
+  for (auto& r : runs) {
+    r->stop = true;
+    r->cv.notify_all();
+  }
+  for (auto& r : runs)
+    if (r->th.joinable()) r->th.join();
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [id, ws] : watchers_)
+    for (auto& w : ws)
+      if (auto p = w.lock()) p->close();
+}
+
+int JobManager::job_parallelism(const JobSpec& spec) const {
+  int p = cfg_.parallel_trials;
+  if (spec.parallel_trials) p = std::min(p, *spec.parallel_trials);
+  return std::max(1, std::min<int>(p, static_cast<int>(cfg_.devices.size())));
+}
+
+std::optional<int> JobManager::acquire_device() {
+  std::lock_guard<std::mutex> l(mu_);
+  for (size_t i = 0; i < device_busy_.size(); ++i) {
+    if (!device_busy_[i]) {
+      device_busy_[i] = true;
+      return static_cast<int>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+void JobManager::release_device(int d) {
+  std::vector<std::shared_ptr<JobRun>> runs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (d >= 0 && d < static_cast<int>(device_busy_.size())) device_busy_[d] = false;
+    for (auto& [id, r] : runs_) runs.push_back(r);
+  }
+  for (auto& r : runs) r->cv.notify_all();   // a runner of another job may be waiting for this device
+}
+
+int JobManager::free_devices() {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int>(std::count(device_busy_.begin(), device_busy_.end(), false));
+}
+
+Result<JobView> JobManager::submit(const std::string& spec_yaml) {
+  if (shutting_down_) return Status::Precondition("the daemon is shutting down");
+  Result<JobSpec> parsed = parse_job_spec(spec_yaml, SpecContext{cfg_.workloads_dir});
+  if (!parsed.ok()) return parsed.status();
+  auto spec = std::make_shared<const JobSpec>(std::move(parsed).value());
+  JobRecord job;
+  job.id = make_job_id();
+  job.name = spec->name;
+  job.spec_yaml = spec_yaml;
+  job.model = spec->model;
+  std::string dev = cfg_.devices.front();
+  job.device_key = device_key(*spec, dev.substr(0, dev.find(':')));
+  job.strategy = spec->strategy;
+  job.trial_budget = spec->trial_budget;
+  job.state = JobState::kQueued;
+  job.work_dir = (fs::path(cfg_.work_dir) / job.id).string();
+  job.created_ms = now_ms();
+  if (Status s = with_store([&](Store& st) { return st.insert_job(job); }); !s.ok()) return s;
+  spdlog::info("job {} submitted: model {}, strategy {}, {} trials", job.id, job.model, job.strategy,
+               job.trial_budget);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    specs_[job.id] = spec;
+  }
+  start_runner(job, spec);
+  return view_of(job);
+}
+
+void JobManager::start_runner(const JobRecord& job, std::shared_ptr<const JobSpec> spec) {
+  auto run = std::make_shared<JobRun>();
+  run->id = job.id;
+  run->spec = std::move(spec);
+  run->work_dir = job.work_dir.empty() ? (fs::path(cfg_.work_dir) / job.id).string() : job.work_dir;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    runs_[job.id] = run;
+  }
+  run->th = std::thread([this, run] { run_job(run); });
+}
+
+Result<JobView> JobManager::view_of(const JobRecord& job) {
+  JobView v;
+  v.job = job;
+  std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, job.id); });
+  Result<std::shared_ptr<const JobSpec>> spec = spec_of(job.id);
+  search::ScoringSpec scoring = spec.ok() ? spec.value()->scoring : search::ScoringSpec{};
+  rescore(scoring, ts);
+  int counted = 0;
+  double finished_s = 0;
+  int finished_n = 0;
+  for (const TrialRecord& t : ts) {
+    if (t.status == TrialStatus::kComplete || t.status == TrialStatus::kFailed) ++v.trials_done;
+    if (t.status == TrialStatus::kFailed) ++v.trials_failed;
+    if (t.status == TrialStatus::kRunning) ++v.trials_running;
+    if (counts_for_budget(t)) ++counted;
+    if (t.status == TrialStatus::kComplete && (v.best_trial < 0 || t.score > v.best_score)) {
+      v.best_score = t.score;
+      v.best_trial = t.number;
+    }
+    if ((t.status == TrialStatus::kComplete || t.status == TrialStatus::kFailed) && t.finished_ms > t.started_ms) {
+      finished_s += (t.finished_ms - t.started_ms) / 1000.0;
+      ++finished_n;
+    }
+  }
+  if (is_terminal(job.state)) {
+    v.eta_seconds = 0;
+  } else if (finished_n > 0) {
+    int remaining = std::max(0, job.trial_budget - counted) + v.trials_running;
+    int par = spec.ok() ? job_parallelism(*spec.value()) : 1;
+    v.eta_seconds = finished_s / finished_n * std::ceil(static_cast<double>(remaining) / par);
+  }
+  return v;
+}
+
+Result<JobView> JobManager::get_job(const std::string& id) {
+  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(id); });
+  if (!job.ok()) return job.status();
+  return view_of(job.value());
+}
+
+std::vector<JobView> JobManager::list_jobs(int limit, int offset) {
+  std::vector<JobRecord> jobs = with_store([&](Store& s) { return s.list_jobs(limit, offset); });
+  std::vector<JobView> out;
+  for (const JobRecord& j : jobs) {
+    Result<JobView> v = view_of(j);
+    if (v.ok()) out.push_back(v.value());
+  }
+  return out;
+}
+
+Result<JobView> JobManager::cancel(const std::string& id) {
+  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(id); });
+  if (!job.ok()) return job.status();
+  if (is_terminal(job.value().state))
+    return Status::Precondition("job_id: job " + id + " is already " + to_string(job.value().state) +
+                                "; only QUEUED or RUNNING jobs can be cancelled");
+  std::shared_ptr<JobRun> run;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = runs_.find(id); it != runs_.end()) run = it->second;
+  }
+  if (run && !run->finished) {
+    run->cancel = true;
+    run->cv.notify_all();
+    // The runner kills the workers (SIGTERM, then SIGKILL after the grace period) and marks the job.
+    for (int i = 0; i < 600 && !run->finished; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } else {
+    JobRecord j = job.value();
+    j.state = JobState::kCancelled;
+    j.stop_reason = "cancelled";
+    j.finished_ms = now_ms();
+    if (Status s = with_store([&](Store& st) { return st.update_job(j); }); !s.ok()) return s;
+  }
+  return get_job(id);
+}
+
+Result<std::shared_ptr<const JobSpec>> JobManager::spec_of(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = specs_.find(job_id); it != specs_.end()) return it->second;
+  }
+  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
+  if (!job.ok()) return job.status();
+  Result<JobSpec> spec = parse_job_spec(job.value().spec_yaml, SpecContext{cfg_.workloads_dir});
+  if (!spec.ok()) return Status::Precondition("job " + job_id + ": its spec no longer parses: " + spec.status().message);
+  auto shared = std::make_shared<const JobSpec>(std::move(spec).value());
+  std::lock_guard<std::mutex> l(mu_);
+  specs_[job_id] = shared;
+  return shared;
+}
+
+Result<std::vector<TrialRecord>> JobManager::trials(const std::string& job_id) {
+  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
+  if (!job.ok()) return job.status();
+  std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, job_id); });
+  Result<std::shared_ptr<const JobSpec>> spec = spec_of(job_id);
+  rescore(spec.ok() ? spec.value()->scoring : search::ScoringSpec{}, ts);
+  std::sort(ts.begin(), ts.end(), [](const TrialRecord& a, const TrialRecord& b) { return a.number < b.number; });
+  return ts;
+}
+
+Result<TrialRecord> JobManager::trial(const std::string& job_id, int64_t number) {
+  Result<std::vector<TrialRecord>> ts = trials(job_id);
+  if (!ts.ok()) return ts.status();
+  for (const TrialRecord& t : ts.value())
+    if (t.number == number) return t;
+  return Status::NotFound("number: job " + job_id + " has no trial " + std::to_string(number));
+}
+
+Result<TrialRecord> JobManager::best(const std::string& job_id) {
+  Result<std::vector<TrialRecord>> ts = trials(job_id);
+  if (!ts.ok()) return ts.status();
+  const TrialRecord* best = nullptr;
+  for (const TrialRecord& t : ts.value())
+    if (t.status == TrialStatus::kComplete && (!best || t.score > best->score)) best = &t;
+  if (!best) return Status::NotFound("job_id: job " + job_id + " has no COMPLETE trial yet");
+  return *best;
+}
+
+std::vector<search::Observation> JobManager::warm_start_prior(const JobRecord& job, const JobSpec& spec) {
+  std::vector<search::Observation> prior;
+  if (!spec.warm_start) return prior;
+  std::vector<TrialRecord> ts =
+      with_store([&](Store& s) { return s.trials_for_device_key(job.device_key, job.id); });
+  for (const TrialRecord& t : ts) {
+    if (t.status != TrialStatus::kComplete) continue;
+    search::Config view = space_view(spec, search::config_from_text(t.params));
+    if (!spec.space.validate(view).ok()) continue;
+    search::Observation o;
+    o.config = std::move(view);
+    o.outcome = search::Outcome::kComplete;
+    o.metrics = metrics_of(t);
+    prior.push_back(std::move(o));
+  }
+  return prior;
+}
+
+Result<JobManager::SearchState> JobManager::search_state(const std::string& job_id) {
+  Result<std::shared_ptr<const JobSpec>> spec = spec_of(job_id);
+  if (!spec.ok()) return spec.status();
+  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
+  if (!job.ok()) return job.status();
+  const JobSpec& sp = *spec.value();
+  SearchState st;
+  st.problem.space = sp.space;
+  st.problem.scoring = sp.scoring;
+  st.problem.reference = sp.reference;
+  st.problem.seed = sp.seed;
+  st.problem.prior = warm_start_prior(job.value(), sp);
+  std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, job_id); });
+  std::stable_sort(ts.begin(), ts.end(), [](const TrialRecord& a, const TrialRecord& b) {
+    bool ra = is_reference_trial(a) && a.status == TrialStatus::kComplete;
+    bool rb = is_reference_trial(b) && b.status == TrialStatus::kComplete;
+    if (ra != rb) return ra;
+    return a.number < b.number;
+  });
+  for (const TrialRecord& t : ts) {
+    if (!counts_for_budget(t)) continue;
+    search::Observation o;
+    o.config = space_view(sp, search::config_from_text(t.params));
+    if (t.status == TrialStatus::kRunning) {
+      o.outcome = search::Outcome::kPending;
+    } else if (t.status == TrialStatus::kComplete) {
+      o.outcome = search::Outcome::kComplete;
+      o.metrics = metrics_of(t);
+    } else {
+      o.outcome = search::Outcome::kFailed;
+      o.failure = failure_kind(t.error);
+    }
+    st.history.push_back(std::move(o));
+    st.trials.push_back(t);
+  }
+  return st;
+}
+
+Result<std::shared_ptr<Watcher>> JobManager::watch(const std::string& job_id) {
+  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
+  if (!job.ok()) return job.status();
+  auto w = std::make_shared<Watcher>();
+  std::lock_guard<std::mutex> l(mu_);
+  auto& ws = watchers_[job_id];
+  ws.erase(std::remove_if(ws.begin(), ws.end(), [](const std::weak_ptr<Watcher>& p) { return p.expired(); }),
+           ws.end());
+  ws.push_back(w);
+  return w;
+}
+
+void JobManager::publish(const std::string& job_id, JobEventData e) {
+  std::vector<std::shared_ptr<Watcher>> targets;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& w : watchers_[job_id])
+      if (auto p = w.lock()) targets.push_back(p);
+  }
+  for (auto& w : targets) w->push(e);
+}
+
+void JobManager::finish_job(JobRun& run, JobState state, const std::string& stop_reason, const std::string& error) {
+  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(run.id); });
+  if (!job.ok()) return;
+  JobRecord j = job.value();
+  j.state = state;
+  j.stop_reason = stop_reason;
+  j.error = error;
+  j.finished_ms = now_ms();
+  if (Status s = with_store([&](Store& st) { return st.update_job(j); }); !s.ok())
+    spdlog::error("job {}: cannot record the end: {}", run.id, s.message);
+  spdlog::info("job {} {} ({}){}", run.id, to_string(state), stop_reason, error.empty() ? "" : ": " + error);
+  JobEventData e;
+  e.kind = EventKind::kJobFinished;
+  if (Result<JobView> v = view_of(j); v.ok()) e.job = v.value();
+  e.unix_ms = now_ms();
+  publish(run.id, std::move(e));
+}
+
+void JobManager::launch_trial(JobRun& run, int device, const search::Suggestion& s, bool is_reference) {
+  const JobSpec& spec = *run.spec;
+  auto rt = std::make_shared<RunningTrial>();
+  rt->device = device;
+  rt->is_reference = is_reference;
+  rt->timeout_s = spec.trial_timeout_s.value_or(cfg_.trial_timeout_s);
+  search::Config config = is_reference ? spec.reference : trial_config(spec, s.config);
+  int64_t number = with_store([&](Store& st) { return st.next_trial_number(run.id); });
+  TrialRecord& rec = rt->rec;
+  rec.job_id = run.id;
+  rec.number = number;
+  rec.status = TrialStatus::kRunning;
+  rec.params = search::to_text(config);
+  rec.started_ms = now_ms();
+  rec.device = cfg_.devices[device];
+  rec.suggestion_json = suggestion_to_json(s);
+
+  std::error_code ec;
+  fs::create_directories(run.work_dir, ec);
+  char name[64];
+  std::snprintf(name, sizeof name, "trial-%04lld.yaml", static_cast<long long>(number));
+  rt->trial_file = (fs::path(run.work_dir) / name).string();
+  std::string ref_file = (fs::path(run.work_dir) / "reference.json").string();
+  ReferenceFile ref;
+  (is_reference ? ref.write : ref.read) = ref_file;
+  {
+    std::ofstream out(rt->trial_file);
+    out << trial_yaml(spec, config, ref, {"job " + run.id + ", trial " + std::to_string(number)});
+    if (!out) spdlog::error("job {}: cannot write {}", run.id, rt->trial_file);
+  }
+  if (Status st = with_store([&](Store& s2) { return s2.insert_trial(rec); }); !st.ok()) {
+    spdlog::error("job {}: cannot record trial {}: {}", run.id, number, st.message);
+    release_device(device);
+    return;
+  }
+  spdlog::info("job {} trial {} started on {} ({})", run.id, number, rec.device, s.strategy);
+  {
+    std::lock_guard<std::mutex> l(run.m);
+    run.running[number] = rt;
+  }
+  JobEventData e;
+  e.kind = EventKind::kTrialStarted;
+  if (Result<JobView> v = get_job(run.id); v.ok()) e.job = v.value();
+  e.trial = rec;
+  e.unix_ms = now_ms();
+  publish(run.id, std::move(e));
+  rt->th = std::thread([this, &run, rt] { run_trial(run, rt); });
+}
+
+void JobManager::run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt) {
+  ProcessSpec ps;
+  ps.argv = {cfg_.worker, "--trial", rt->trial_file};
+  ps.cwd = run.work_dir;
+  ps.timeout_s = rt->timeout_s;
+  const std::string& dev = cfg_.devices[rt->device];
+  ps.env.emplace_back("SOARTUNE_DEVICE", dev);
+  if (dev.rfind("cuda:", 0) == 0) ps.env.emplace_back("CUDA_VISIBLE_DEVICES", dev.substr(5));
+  ProcessResult res = run_process(ps, &rt->cancel);
+
+  TrialRecord rec = rt->rec;
+  TrialOutcome o = interpret_worker_run(res, rt->timeout_s, rec);
+  rec.status = o.status;
+  rec.error = o.status == TrialStatus::kCancelled ? rt->cancel_reason : o.error;
+  rec.finished_ms = now_ms();
+  {
+    std::ofstream log(rt->trial_file.substr(0, rt->trial_file.size() - 5) + ".log");
+    log << res.err_tail;
+  }
+  // The score it has now, against the best seen so far (served scores are recomputed on read).
+  std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, run.id); });
+  for (TrialRecord& t : ts)
+    if (t.number == rec.number) t = rec;
+  rescore(run.spec->scoring, ts);
+  for (const TrialRecord& t : ts)
+    if (t.number == rec.number) {
+      rec.score = t.score;
+      rec.gate = t.gate;
+    }
+  if (Status st = with_store([&](Store& s) { return s.finish_trial(rec); }); !st.ok())
+    spdlog::error("job {}: cannot record the result of trial {}: {}", run.id, rec.number, st.message);
+  release_device(rt->device);
+  if (o.status == TrialStatus::kComplete)
+    spdlog::info("job {} trial {} COMPLETE in {:.1f} s: accuracy {:.2f}%, score {:.2f}", run.id, rec.number,
+                 res.wall_s, rec.relative_accuracy, rec.score);
+  else
+    spdlog::warn("job {} trial {} {}: {}", run.id, rec.number, to_string(o.status), rec.error);
+
+  JobEventData e;
+  e.kind = o.status == TrialStatus::kComplete ? EventKind::kTrialFinished : EventKind::kTrialFailed;
+  if (Result<JobView> v = get_job(run.id); v.ok()) e.job = v.value();
+  e.trial = rec;
+  e.unix_ms = now_ms();
+  publish(run.id, std::move(e));
+  rt->done = true;
+  run.cv.notify_all();
+}
+
+void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
+  JobRun& run = *run_ptr;
+  const JobSpec& spec = *run.spec;
+  auto reap = [&](bool all) {
+    std::vector<std::shared_ptr<RunningTrial>> done;
+    {
+      std::lock_guard<std::mutex> l(run.m);
+      for (auto it = run.running.begin(); it != run.running.end();) {
+        if (all || it->second->done) {
+          done.push_back(it->second);
+          it = run.running.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& rt : done)
+      if (rt->th.joinable()) rt->th.join();
+  };
+  auto kill_all = [&](const std::string& reason) {
+    std::lock_guard<std::mutex> l(run.m);
+    for (auto& [n, rt] : run.running) {
+      rt->cancel_reason = reason;
+      rt->cancel.cancel();
+    }
+  };
+
+  Result<JobRecord> job0 = with_store([&](Store& s) { return s.get_job(run.id); });
+  if (!job0.ok()) {
+    run.finished = true;
+    return;
+  }
+  {
+    JobRecord j = job0.value();
+    j.state = JobState::kRunning;
+    if (j.started_ms == 0) j.started_ms = now_ms();
+    if (j.work_dir.empty()) j.work_dir = run.work_dir;
+    with_store([&](Store& s) { return s.update_job(j); });
+    job0 = j;
+  }
+  const int64_t started_ms = job0.value().started_ms;
+  Result<std::unique_ptr<search::Strategy>> strategy = search::make_strategy(spec.strategy);
+  if (!strategy.ok()) {
+    finish_job(run, JobState::kFailed, "error", strategy.status().message);
+    run.finished = true;
+    return;
+  }
+  run.strategy = std::move(strategy).value();
+  const int parallel = job_parallelism(spec);
+  std::string stopping;
+  int low_ei_rounds = 0;
+  int finished_at_empty_ask = -1;
+
+  for (;;) {
+    reap(false);
+    if (run.cancel || run.stop) {
+      bool cancelled = run.cancel;
+      kill_all(cancelled ? kCancelReason : kShutdownReason);
+      reap(true);
+      if (cancelled) finish_job(run, JobState::kCancelled, "cancelled", "");
+      break;
+    }
+    std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, run.id); });
+    int counted = 0, finished = 0, n_running = 0;
+    bool ref_done = false, any_complete = false;
+    const TrialRecord* ref_failed = nullptr;
+    for (const TrialRecord& t : ts) {
+      if (counts_for_budget(t)) ++counted;
+      if (t.status == TrialStatus::kRunning) ++n_running;
+      if (t.status == TrialStatus::kComplete || t.status == TrialStatus::kFailed) ++finished;
+      if (t.status == TrialStatus::kComplete) any_complete = true;
+      if (is_reference_trial(t)) {
+        if (t.status == TrialStatus::kComplete) ref_done = true;
+        if (t.status == TrialStatus::kFailed && t.error != kRestartReason) ref_failed = &t;
+      }
+    }
+    size_t running_now;
+    {
+      std::lock_guard<std::mutex> l(run.m);
+      running_now = run.running.size();
+    }
+    if (!ref_done && ref_failed && running_now == 0) {
+      finish_job(run, JobState::kFailed, "reference failed",
+                 "reference trial " + std::to_string(ref_failed->number) + " failed: " + ref_failed->error);
+      break;
+    }
+    if (stopping.empty()) {
+      if (counted >= spec.trial_budget) stopping = "budget";
+      else if (spec.time_budget_s && (now_ms() - started_ms) / 1000.0 >= *spec.time_budget_s) stopping = "time budget";
+    }
+    if (!stopping.empty() && running_now == 0) {
+      finish_job(run, any_complete ? JobState::kSucceeded : JobState::kFailed, stopping,
+                 any_complete ? "" : "no trial completed");
+      break;
+    }
+    if (stopping.empty()) {
+      int slots = std::min(parallel - static_cast<int>(running_now), spec.trial_budget - counted);
+      if (!ref_done) {
+        if (running_now == 0 && !ref_failed && slots > 0) {
+          if (std::optional<int> dev = acquire_device()) {
+            search::Suggestion s;
+            s.config = space_view(spec, spec.reference);
+            s.strategy = "reference";
+            s.note = "the job's reference config: the baseline for durations and accuracy";
+            launch_trial(run, *dev, s, true);
+            continue;
+          }
+        }
+      } else if (slots > 0 && free_devices() > 0 && finished != finished_at_empty_ask) {
+        int q = std::min(slots, free_devices());
+        Result<SearchState> st = search_state(run.id);
+        if (st.ok()) {
+          std::vector<search::Suggestion> suggestions = run.strategy->ask(st.value().problem, st.value().history, q);
+          std::optional<double> ei = run.strategy->last_expected_improvement_pct();
+          if (spec.stop_when && ei) {
+            low_ei_rounds = *ei < spec.stop_when->ei_below_pct ? low_ei_rounds + 1 : 0;
+            if (low_ei_rounds >= spec.stop_when->rounds) {
+              stopping = "converged";
+              spdlog::info("job {}: expected improvement {:.3f}% under {}% for {} rounds", run.id, *ei,
+                           spec.stop_when->ei_below_pct, low_ei_rounds);
+              continue;
+            }
+          }
+          if (suggestions.empty()) {
+            finished_at_empty_ask = finished;
+            if (running_now == 0) stopping = "space exhausted";
+            continue;
+          }
+          bool launched = false;
+          for (const search::Suggestion& s : suggestions) {
+            std::optional<int> dev = acquire_device();
+            if (!dev) break;
+            launch_trial(run, *dev, s, false);
+            launched = true;
+          }
+          if (launched) continue;
+        } else {
+          finish_job(run, JobState::kFailed, "error", st.status().message);
+          kill_all(kShutdownReason);
+          reap(true);
+          break;
+        }
+      }
+    }
+    std::unique_lock<std::mutex> l(run.m);
+    run.cv.wait_for(l, std::chrono::milliseconds(250));
+  }
+  run.finished = true;
+}
+
+}  // namespace soartune::daemon

@@ -1,0 +1,154 @@
+// Runs jobs: one runner thread per active job asks the strategy for as many configs as there are free device
+// slots, runs each in its own soartune-worker process, stores every trial, and streams events to watchers.
+//
+// Scores are relative to the best duration seen on each tier, so they change as trials finish: the store
+// keeps each trial's raw metrics (and the score it had when it finished); everything served is re-scored
+// against the job's current best on read.
+//
+// Shutdown (SIGTERM): running workers are killed, their trials recorded CANCELLED ("daemon shut down"), and
+// the jobs stay RUNNING in the store, so the next start resumes them. A crash (kill -9) leaves RUNNING trials
+// behind; the next start marks them FAILED ("daemon restarted") and resumes the jobs as well.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/daemon_config.h"
+#include "daemon/job_spec.h"
+#include "daemon/store.h"
+#include "search/status.h"
+#include "search/strategy.h"
+
+namespace soartune::daemon {
+
+// A job as served: the record plus counts, best score and ETA.
+struct JobView {
+  JobRecord job;
+  int trials_done = 0, trials_failed = 0, trials_running = 0;
+  double best_score = 0;
+  int64_t best_trial = -1;
+  double eta_seconds = -1;
+};
+
+enum class EventKind { kSnapshot, kTrialStarted, kTrialFinished, kTrialFailed, kJobFinished };
+
+struct JobEventData {
+  EventKind kind = EventKind::kSnapshot;
+  JobView job;
+  std::optional<TrialRecord> trial;
+  int64_t unix_ms = 0;
+};
+
+// One WatchJob stream's queue.
+class Watcher {
+ public:
+  void push(JobEventData e);
+  // Waits up to `timeout_ms` for an event; nullopt on timeout or after close().
+  std::optional<JobEventData> pop(int timeout_ms);
+  void close();
+  bool closed() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<JobEventData> q_;
+  bool closed_ = false;
+};
+
+int64_t now_ms();
+bool is_terminal(JobState s);
+
+class JobManager {
+ public:
+  JobManager(DaemonConfig cfg, std::unique_ptr<Store> store);
+  ~JobManager();
+
+  // Crash recovery (RUNNING trials -> FAILED "daemon restarted"), then resumes RUNNING and QUEUED jobs.
+  search::Status start();
+  // Kills running workers (trials CANCELLED "daemon shut down"), joins every runner, closes every watcher.
+  void shutdown();
+  bool shutting_down() const { return shutting_down_.load(); }
+
+  const DaemonConfig& config() const { return cfg_; }
+
+  search::Result<JobView> submit(const std::string& spec_yaml);
+  search::Result<JobView> get_job(const std::string& id);
+  std::vector<JobView> list_jobs(int limit, int offset);
+  search::Result<JobView> cancel(const std::string& id);
+
+  // Every trial of the job (numbers ascending), re-scored against the job's current best.
+  search::Result<std::vector<TrialRecord>> trials(const std::string& job_id);
+  search::Result<TrialRecord> trial(const std::string& job_id, int64_t number);
+  // The best COMPLETE trial; kNotFound when there is none yet.
+  search::Result<TrialRecord> best(const std::string& job_id);
+
+  // The parsed spec of a job (cached); its scoring is what trials are scored with.
+  search::Result<std::shared_ptr<const JobSpec>> spec_of(const std::string& job_id);
+  // The search problem of a job as the strategy sees it, and its history (reference first).
+  struct SearchState {
+    search::SearchProblem problem;
+    std::vector<search::Observation> history;
+    std::vector<TrialRecord> trials;         // aligned with history
+  };
+  search::Result<SearchState> search_state(const std::string& job_id);
+
+  // Subscribes to a job's events; kNotFound for an unknown job.
+  search::Result<std::shared_ptr<Watcher>> watch(const std::string& job_id);
+
+  // The store, for the submission RPCs; calls are serialised.
+  template <typename F>
+  auto with_store(F&& f) {
+    std::lock_guard<std::mutex> l(store_mu_);
+    return f(*store_);
+  }
+
+ private:
+  struct RunningTrial;
+  struct JobRun;
+
+  void run_job(std::shared_ptr<JobRun> run);
+  void launch_trial(JobRun& run, int device, const search::Suggestion& s, bool is_reference);
+  void run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt);
+  void finish_job(JobRun& run, JobState state, const std::string& stop_reason, const std::string& error);
+  void start_runner(const JobRecord& job, std::shared_ptr<const JobSpec> spec);
+  void publish(const std::string& job_id, JobEventData e);
+  search::Result<JobView> view_of(const JobRecord& job);
+  std::vector<search::Observation> warm_start_prior(const JobRecord& job, const JobSpec& spec);
+  int job_parallelism(const JobSpec& spec) const;
+  std::optional<int> acquire_device();
+  void release_device(int d);
+  int free_devices();
+
+  DaemonConfig cfg_;
+  std::mutex store_mu_;
+  std::unique_ptr<Store> store_;
+
+  std::mutex mu_;   // runs_, specs_, watchers_, device_busy_
+  std::map<std::string, std::shared_ptr<JobRun>> runs_;
+  std::map<std::string, std::shared_ptr<const JobSpec>> specs_;
+  std::map<std::string, std::vector<std::weak_ptr<Watcher>>> watchers_;
+  std::vector<bool> device_busy_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace soartune::daemon
+
+namespace soartune::daemon {
+
+// search::Suggestion <-> the JSON the store keeps with each trial.
+std::string suggestion_to_json(const search::Suggestion& s);
+// Re-scores COMPLETE trials against the best durations among them (or the spec's targets); others score 0.
+void rescore(const search::ScoringSpec& scoring, std::vector<TrialRecord>& trials);
+// Whether a trial is a run of the job's reference config.
+bool is_reference_trial(const TrialRecord& t);
+
+}  // namespace soartune::daemon

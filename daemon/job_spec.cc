@@ -1,0 +1,434 @@
+#include "daemon/job_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "search/launch_knobs.h"
+#include "search/strategy.h"
+
+namespace soartune::daemon {
+
+namespace fs = std::filesystem;
+using search::Config;
+using search::Result;
+using search::Status;
+using search::Value;
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+Status check_keys(const YAML::Node& node, const std::string& field, const std::vector<std::string>& allowed) {
+  for (const auto& kv : node) {
+    const std::string key = kv.first.Scalar();
+    bool known = false;
+    for (const auto& a : allowed) known = known || a == key;
+    if (!known) {
+      std::string f = field.empty() ? key : field + "." + key;
+      return Status::Invalid(f + ": unknown field; allowed: " + join(allowed));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<int64_t> read_int(const YAML::Node& n, const std::string& field, int64_t lo, int64_t hi) {
+  std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  if (!n.IsScalar()) return Status::Invalid(field + ": must be an integer in " + range);
+  Value v = search::value_from_text(n.Scalar());
+  const int64_t* i = std::get_if<int64_t>(&v);
+  if (!i) return Status::Invalid(field + ": '" + n.Scalar() + "' is not an integer; allowed: " + range);
+  if (*i < lo || *i > hi) return Status::Invalid(field + ": " + n.Scalar() + " is out of range; allowed: " + range);
+  return *i;
+}
+
+Result<double> read_positive(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return Status::Invalid(field + ": must be a positive number");
+  try {
+    size_t used = 0;
+    double d = std::stod(n.Scalar(), &used);
+    if (used != n.Scalar().size() || !std::isfinite(d) || d <= 0) throw std::invalid_argument("");
+    return d;
+  } catch (const std::exception&) {
+    return Status::Invalid(field + ": '" + n.Scalar() + "' is not a positive number");
+  }
+}
+
+Result<bool> read_bool(const YAML::Node& n, const std::string& field) {
+  if (n.IsScalar() && (n.Scalar() == "true" || n.Scalar() == "false")) return n.Scalar() == "true";
+  return Status::Invalid(field + ": must be true or false");
+}
+
+Result<std::string> read_string(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar() || n.Scalar().empty()) return Status::Invalid(field + ": must be a non-empty string");
+  return n.Scalar();
+}
+
+Result<std::string> read_choice(const YAML::Node& n, const std::string& field,
+                                const std::vector<std::string>& allowed) {
+  if (!n.IsScalar()) return Status::Invalid(field + ": must be one of " + join(allowed));
+  for (const auto& a : allowed)
+    if (n.Scalar() == a) return a;
+  return Status::Invalid(field + ": '" + n.Scalar() + "' is not one of " + join(allowed));
+}
+
+Result<std::string> resolve_model(const YAML::Node& n) {
+  const std::string field = "model";
+  if (!n.IsDefined() || n.IsNull()) return Status::Invalid("model: missing; give hf:<dir> or synthetic:<preset>");
+  if (!n.IsScalar()) return Status::Invalid("model: must be a string: hf:<dir> or synthetic:<preset>");
+  const std::string m = n.Scalar();
+  if (m.rfind("synthetic:", 0) == 0) {
+    std::string preset = m.substr(10);
+    static const std::regex kPreset("[A-Za-z0-9][A-Za-z0-9._-]*");
+    if (!std::regex_match(preset, kPreset))
+      return Status::Invalid("model: '" + m + "' has no valid preset name after synthetic: (e.g. synthetic:tiny)");
+    return m;
+  }
+  if (m.rfind("hf:", 0) == 0) {
+    std::string dir = m.substr(3);
+    if (dir.empty()) return Status::Invalid("model: hf: needs a directory (hf:<dir>)");
+    std::error_code ec;
+    fs::path p = fs::absolute(dir, ec);
+    if (ec || !fs::is_directory(p)) return Status::Invalid("model: " + dir + " is not a directory");
+    if (!fs::exists(p / "config.json")) return Status::Invalid("model: " + dir + " has no config.json");
+    return "hf:" + fs::weakly_canonical(p).string();
+  }
+  return Status::Invalid("model: '" + m + "' is not hf:<dir> or synthetic:<preset>");
+}
+
+// A launch-knob mapping (`reference:` / `fixed:`): knob -> scalar value, each checked against the catalogue.
+Result<Config> read_knobs(const YAML::Node& n, const std::string& field) {
+  Config c;
+  if (!n.IsDefined() || n.IsNull()) return c;
+  if (!n.IsMap()) return Status::Invalid(field + ": must be a mapping of knob -> value");
+  for (const auto& kv : n) {
+    const std::string name = kv.first.Scalar();
+    const std::string f = field + "." + name;
+    const search::KnobSpec* knob = search::find_knob(name);
+    if (!knob) return Status::Invalid(f + ": unknown knob; known knobs: " + search::known_knob_names());
+    if (!kv.second.IsScalar()) return Status::Invalid(f + ": must be a single value; allowed: " + knob->allowed_text());
+    Result<Value> v = search::knob_value_from_text(*knob, kv.second.Scalar(), f);
+    if (!v.ok()) return v.status();
+    c[name] = v.value();
+  }
+  return c;
+}
+
+Status check_requests(const YAML::Node& requests, const std::string& field) {
+  if (!requests.IsDefined() || !requests.IsSequence() || requests.size() == 0)
+    return Status::Invalid(field + ": must be a non-empty list of {input_len, output_len, count}");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string f = field + "[" + std::to_string(i) + "]";
+    const YAML::Node r = requests[i];
+    if (!r.IsMap()) return Status::Invalid(f + ": must be a mapping {name, input_len, output_len, count}");
+    if (Status s = check_keys(r, f, {"name", "input_len", "output_len", "count"}); !s.ok()) return s;
+    for (const char* k : {"input_len", "output_len", "count"}) {
+      if (!r[k].IsDefined()) return Status::Invalid(f + "." + k + ": missing");
+      Result<int64_t> v = read_int(r[k], f + "." + k, 1, 1 << 20);
+      if (!v.ok()) return v.status();
+    }
+  }
+  return Status::Ok();
+}
+
+Result<YAML::Node> resolve_workload(const YAML::Node& n, const SpecContext& ctx, std::string* name) {
+  if (!n.IsDefined() || n.IsNull())
+    return Status::Invalid("workload: missing; give a name from the workloads directory or a mapping with requests");
+  if (n.IsScalar()) {
+    const std::string wname = n.Scalar();
+    static const std::regex kName("[A-Za-z0-9][A-Za-z0-9._-]*");
+    if (!std::regex_match(wname, kName)) return Status::Invalid("workload: '" + wname + "' is not a valid workload name");
+    fs::path file = fs::path(ctx.workloads_dir) / (wname + ".yaml");
+    if (!fs::exists(file)) {
+      std::vector<std::string> known;
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(ctx.workloads_dir, ec))
+        if (e.path().extension() == ".yaml") known.push_back(e.path().stem().string());
+      std::sort(known.begin(), known.end());
+      return Status::Invalid("workload: '" + wname + "' is not a workload in " + ctx.workloads_dir +
+                             "; known: " + (known.empty() ? "(none)" : join(known)));
+    }
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(file.string());
+    } catch (const YAML::Exception& e) {
+      return Status::Invalid("workload: " + file.string() + ": " + e.what());
+    }
+    YAML::Node w = root["workload"].IsMap() ? root["workload"] : root;
+    if (!w.IsMap()) return Status::Invalid("workload: " + file.string() + " is not a mapping with requests");
+    YAML::Node out = YAML::Clone(w);
+    if (!out["name"].IsDefined()) out["name"] = wname;
+    if (Status s = check_requests(out["requests"], "workload(" + wname + ").requests"); !s.ok()) return s;
+    *name = wname;
+    return out;
+  }
+  if (!n.IsMap()) return Status::Invalid("workload: must be a workload name or a mapping {name, requests}");
+  if (Status s = check_keys(n, "workload", {"name", "requests"}); !s.ok()) return s;
+  if (Status s = check_requests(n["requests"], "workload.requests"); !s.ok()) return s;
+  YAML::Node out = YAML::Clone(n);
+  if (!out["name"].IsDefined()) out["name"] = "inline";
+  *name = out["name"].Scalar();
+  return out;
+}
+
+Result<YAML::Node> resolve_accuracy(const YAML::Node& n) {
+  YAML::Node out(YAML::NodeType::Map);
+  out["set"] = "synthetic";
+  out["samples"] = 16;
+  if (!n.IsDefined() || n.IsNull()) return out;
+  if (!n.IsMap()) return Status::Invalid("accuracy: must be a mapping {set, samples, prompt_len, continuation_len}");
+  if (Status s = check_keys(n, "accuracy", {"set", "samples", "prompt_len", "continuation_len"}); !s.ok()) return s;
+  if (n["set"].IsDefined()) {
+    Result<std::string> set = read_string(n["set"], "accuracy.set");
+    if (!set.ok()) return set.status();
+    if (set.value() == "synthetic") {
+      out["set"] = "synthetic";
+    } else {
+      fs::path p = set.value();
+      if (p.extension() != ".jsonl")
+        return Status::Invalid("accuracy.set: '" + set.value() + "' is not synthetic or a path to a .jsonl file");
+      std::error_code ec;
+      if (!fs::is_regular_file(p, ec)) return Status::Invalid("accuracy.set: file " + set.value() + " not found");
+      out["set"] = fs::weakly_canonical(fs::absolute(p)).string();
+    }
+  }
+  for (const char* k : {"samples", "prompt_len", "continuation_len"}) {
+    if (!n[k].IsDefined()) continue;
+    Result<int64_t> v = read_int(n[k], std::string("accuracy.") + k, 1, 1 << 20);
+    if (!v.ok()) return v.status();
+    out[k] = v.value();
+  }
+  if (out["set"].Scalar() != "synthetic" && (n["prompt_len"].IsDefined() || n["continuation_len"].IsDefined()))
+    return Status::Invalid("accuracy.prompt_len: only for the synthetic set");
+  return out;
+}
+
+Status check_layer_overrides(const YAML::Node& n) {
+  if (!n.IsMap()) return Status::Invalid("layer_overrides: must be a mapping of layer (\"3\", \"3.attn\", \"3.mlp\") -> bits");
+  static const std::regex kKey("[0-9]+(\\.(attn|mlp))?");
+  for (const auto& kv : n) {
+    const std::string key = kv.first.Scalar();
+    const std::string f = "layer_overrides." + key;
+    if (!std::regex_match(key, kKey)) return Status::Invalid(f + ": not a layer index, index.attn or index.mlp");
+    if (!kv.second.IsScalar() || (kv.second.Scalar() != "16" && kv.second.Scalar() != "8" && kv.second.Scalar() != "4"))
+      return Status::Invalid(f + ": bits must be one of 16, 8, 4");
+  }
+  return Status::Ok();
+}
+
+void emit_value(YAML::Emitter& e, const Value& v) {
+  if (const bool* b = std::get_if<bool>(&v)) e << (*b ? "true" : "false");
+  else if (const int64_t* i = std::get_if<int64_t>(&v)) e << *i;
+  else e << std::get<std::string>(v);
+}
+
+void emit_node(YAML::Emitter& e, const YAML::Node& n) { e << n; }
+
+}  // namespace
+
+Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& ctx) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    return Status::Invalid("spec_yaml: YAML syntax error at line " + std::to_string(e.mark.line + 1) + ", column " +
+                           std::to_string(e.mark.column + 1) + ": " + e.msg);
+  } catch (const YAML::Exception& e) {
+    return Status::Invalid(std::string("spec_yaml: ") + e.what());
+  }
+  if (!root.IsMap()) return Status::Invalid("spec_yaml: the job spec must be a YAML mapping (model, space, ...)");
+  if (Status s = check_keys(root, "", {"name", "model", "backend", "strategy", "seed", "budget", "parallel_trials",
+                                       "trial_timeout_s", "workload", "accuracy", "scoring", "reference", "fixed",
+                                       "space", "warm_start", "layer_overrides", "submissions"});
+      !s.ok())
+    return s;
+
+  JobSpec spec;
+  if (root["name"].IsDefined() && !root["name"].IsNull()) {
+    if (!root["name"].IsScalar()) return Status::Invalid("name: must be a string");
+    spec.name = root["name"].Scalar();
+  }
+  Result<std::string> model = resolve_model(root["model"]);
+  if (!model.ok()) return model.status();
+  spec.model = model.value();
+
+  if (root["backend"].IsDefined()) {
+    Result<std::string> b = read_choice(root["backend"], "backend", {"auto", "cpu", "cuda"});
+    if (!b.ok()) return b.status();
+    spec.backend = b.value();
+  }
+  if (root["strategy"].IsDefined()) {
+    if (!root["strategy"].IsScalar()) return Status::Invalid("strategy: must be one of bayes, random");
+    spec.strategy = root["strategy"].Scalar();
+  }
+  if (auto st = search::make_strategy(spec.strategy); !st.ok()) return st.status();
+  if (root["seed"].IsDefined()) {
+    Result<int64_t> s = read_int(root["seed"], "seed", 0, INT64_MAX);
+    if (!s.ok()) return s.status();
+    spec.seed = static_cast<uint64_t>(s.value());
+  }
+
+  if (const YAML::Node b = root["budget"]; b.IsDefined() && !b.IsNull()) {
+    if (!b.IsMap()) return Status::Invalid("budget: must be a mapping {trials, time_s, stop_when}");
+    if (Status s = check_keys(b, "budget", {"trials", "time_s", "stop_when"}); !s.ok()) return s;
+    if (b["trials"].IsDefined()) {
+      Result<int64_t> t = read_int(b["trials"], "budget.trials", 1, 100000);
+      if (!t.ok()) return t.status();
+      spec.trial_budget = static_cast<int>(t.value());
+    }
+    if (b["time_s"].IsDefined()) {
+      Result<double> t = read_positive(b["time_s"], "budget.time_s");
+      if (!t.ok()) return t.status();
+      spec.time_budget_s = t.value();
+    }
+    if (const YAML::Node sw = b["stop_when"]; sw.IsDefined()) {
+      if (!sw.IsMap()) return Status::Invalid("budget.stop_when: must be a mapping {ei_below_pct, rounds}");
+      if (Status s = check_keys(sw, "budget.stop_when", {"ei_below_pct", "rounds"}); !s.ok()) return s;
+      if (!sw["ei_below_pct"].IsDefined()) return Status::Invalid("budget.stop_when.ei_below_pct: missing");
+      Result<double> x = read_positive(sw["ei_below_pct"], "budget.stop_when.ei_below_pct");
+      if (!x.ok()) return x.status();
+      StopRule rule{x.value(), 3};
+      if (sw["rounds"].IsDefined()) {
+        Result<int64_t> k = read_int(sw["rounds"], "budget.stop_when.rounds", 1, 1000);
+        if (!k.ok()) return k.status();
+        rule.rounds = static_cast<int>(k.value());
+      }
+      spec.stop_when = rule;
+    }
+  }
+  if (root["parallel_trials"].IsDefined()) {
+    Result<int64_t> p = read_int(root["parallel_trials"], "parallel_trials", 1, 1024);
+    if (!p.ok()) return p.status();
+    spec.parallel_trials = static_cast<int>(p.value());
+  }
+  if (root["trial_timeout_s"].IsDefined()) {
+    Result<double> t = read_positive(root["trial_timeout_s"], "trial_timeout_s");
+    if (!t.ok()) return t.status();
+    spec.trial_timeout_s = t.value();
+  }
+
+  Result<YAML::Node> workload = resolve_workload(root["workload"], ctx, &spec.workload_name);
+  if (!workload.ok()) return workload.status();
+  spec.workload = workload.value();
+  Result<YAML::Node> accuracy = resolve_accuracy(root["accuracy"]);
+  if (!accuracy.ok()) return accuracy.status();
+  spec.accuracy = accuracy.value();
+
+  if (root["scoring"].IsDefined() && !root["scoring"].IsNull()) {
+    Result<search::ScoringSpec> sc = search::ScoringSpec::parse(root["scoring"], "scoring");
+    if (!sc.ok()) return sc.status();
+    spec.scoring = sc.value();
+  }
+
+  if (!root["space"].IsDefined() || root["space"].IsNull())
+    return Status::Invalid("space: missing; a mapping of knob -> parameter, e.g. weight_bits: {type: choice, values: [16, 8, 4]}");
+  Result<search::Space> space = search::Space::parse(root["space"], "space");
+  if (!space.ok()) return space.status();
+  spec.space = space.value();
+  if (spec.space.params().empty()) return Status::Invalid("space: empty; name at least one knob to vary");
+
+  Result<Config> ref_overrides = read_knobs(root["reference"], "reference");
+  if (!ref_overrides.ok()) return ref_overrides.status();
+  Result<Config> fixed = read_knobs(root["fixed"], "fixed");
+  if (!fixed.ok()) return fixed.status();
+  for (const auto& [k, v] : fixed.value()) {
+    if (spec.space.find(k)) return Status::Invalid("fixed." + k + ": also in space; a knob is either fixed or searched");
+  }
+  spec.fixed = fixed.value();
+  Result<Config> reference = search::reference_config(ref_overrides.value(), "reference");
+  if (!reference.ok()) return reference.status();
+  spec.reference = reference.value();
+  for (const auto& [k, v] : spec.fixed) spec.reference[k] = v;
+
+  if (root["warm_start"].IsDefined()) {
+    Result<bool> w = read_bool(root["warm_start"], "warm_start");
+    if (!w.ok()) return w.status();
+    spec.warm_start = w.value();
+  }
+  if (const YAML::Node lo = root["layer_overrides"]; lo.IsDefined() && !lo.IsNull()) {
+    if (Status s = check_layer_overrides(lo); !s.ok()) return s;
+    spec.layer_overrides = YAML::Clone(lo);
+  }
+  if (const YAML::Node sub = root["submissions"]; sub.IsDefined() && !sub.IsNull()) {
+    if (!sub.IsMap()) return Status::Invalid("submissions: must be a mapping {per_day, timezone}");
+    if (Status s = check_keys(sub, "submissions", {"per_day", "timezone"}); !s.ok()) return s;
+    int per_day = search::kDefaultSubmissionsPerDay;
+    std::string tz = search::kDefaultBudgetTimeZone;
+    if (sub["per_day"].IsDefined()) {
+      Result<int64_t> n = read_int(sub["per_day"], "submissions.per_day", 1, 1000);
+      if (!n.ok()) return n.status();
+      per_day = static_cast<int>(n.value());
+    }
+    if (sub["timezone"].IsDefined()) {
+      Result<std::string> t = read_string(sub["timezone"], "submissions.timezone");
+      if (!t.ok()) return t.status();
+      tz = t.value();
+    }
+    Result<search::SubmissionBudget> budget = search::SubmissionBudget::make(tz, per_day, "submissions");
+    if (!budget.ok()) return budget.status();
+    spec.submissions = budget.value();
+  }
+  return spec;
+}
+
+Config trial_config(const JobSpec& spec, const Config& suggestion) {
+  Config c = spec.reference;
+  Config view = spec.space.canonical(suggestion, spec.reference);
+  for (const auto& [k, v] : view) c[k] = v;
+  for (const auto& [k, v] : spec.fixed) c[k] = v;
+  return c;
+}
+
+Config space_view(const JobSpec& spec, const Config& full) { return spec.space.canonical(full, spec.reference); }
+
+std::string trial_yaml(const JobSpec& spec, const Config& launch, const ReferenceFile& ref,
+                       const std::vector<std::string>& header) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "model" << YAML::Value << spec.model;
+  e << YAML::Key << "backend" << YAML::Value << spec.backend;
+  e << YAML::Key << "seed" << YAML::Value << spec.seed;
+  e << YAML::Key << "launch" << YAML::Value << YAML::BeginMap;
+  for (const auto& [k, v] : launch) {
+    e << YAML::Key << k << YAML::Value;
+    emit_value(e, v);
+  }
+  e << YAML::EndMap;
+  if (spec.layer_overrides.IsDefined() && spec.layer_overrides.IsMap()) {
+    e << YAML::Key << "layer_overrides" << YAML::Value;
+    emit_node(e, spec.layer_overrides);
+  }
+  e << YAML::Key << "workload" << YAML::Value;
+  emit_node(e, spec.workload);
+  e << YAML::Key << "tiers" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int c : search::kTierConcurrency) e << c;
+  e << YAML::EndSeq;
+  e << YAML::Key << "accuracy" << YAML::Value;
+  emit_node(e, spec.accuracy);
+  if (!ref.write.empty() || !ref.read.empty()) {
+    e << YAML::Key << "reference" << YAML::Value << YAML::BeginMap;
+    if (!ref.write.empty()) e << YAML::Key << "write" << YAML::Value << ref.write;
+    if (!ref.read.empty()) e << YAML::Key << "read" << YAML::Value << ref.read;
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+  std::string out;
+  for (const auto& h : header) out += "# " + h + "\n";
+  out += e.c_str();
+  out += "\n";
+  return out;
+}
+
+std::string device_key(const JobSpec& spec, const std::string& device_class) {
+  return spec.model + "|" + spec.backend + "|" + device_class + "|" + spec.workload_name;
+}
+
+}  // namespace soartune::daemon

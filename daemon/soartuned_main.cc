@@ -1,0 +1,137 @@
+// soartuned: the tuning daemon. Settings come from --config (YAML) with flags on top.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/daemon_config.h"
+#include "daemon/job_manager.h"
+#include "daemon/store.h"
+#include "daemon/tuner_service.h"
+
+namespace {
+
+std::string self_exe(const char* argv0) {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(argv0) : p.string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace soartune::daemon;
+  CLI::App app{"soartuned: the soartune tuning daemon (gRPC service soartune.v1.Tuner)"};
+  std::string config_path, listen, database, worker, workloads_dir, work_dir, log_level, port_file;
+  int port = -1, parallel = 0;
+  double timeout = 0;
+  std::vector<std::string> devices;
+  app.add_option("--config", config_path, "daemon config YAML (configs/daemon.yaml)");
+  app.add_option("--listen", listen, "listen address host:port (default 127.0.0.1:50051; port 0 picks a free port)");
+  app.add_option("--port", port, "listen port on the configured host (0: pick a free port)");
+  app.add_option("--port-file", port_file, "write the bound port to this file once listening");
+  app.add_option("--database", database, "SQLite database path");
+  app.add_option("--worker", worker, "soartune-worker path (default: beside soartuned)");
+  app.add_option("--workloads-dir", workloads_dir, "named workloads (default: workloads/ beside the config)");
+  app.add_option("--work-dir", work_dir, "trial files and reference outputs (default: <database>.work)");
+  app.add_option("--parallel-trials", parallel, "most trials at once (never more than the devices)");
+  app.add_option("--devices", devices, "devices, one trial each at a time: cpu, cuda:0, ...");
+  app.add_option("--trial-timeout-s", timeout, "default per-trial timeout, seconds");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off");
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_color_mt("soartuned");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+
+  DaemonConfig cfg;
+  if (!config_path.empty()) {
+    if (auto s = load_daemon_config(config_path, cfg); !s.ok()) {
+      spdlog::error("{}", s.message);
+      return 2;
+    }
+  }
+  if (!listen.empty()) cfg.listen = listen;
+  if (port >= 0) cfg.listen = cfg.listen.substr(0, cfg.listen.rfind(':')) + ":" + std::to_string(port);
+  if (!port_file.empty()) cfg.port_file = port_file;
+  if (!database.empty()) cfg.database = database;
+  if (!worker.empty()) cfg.worker = worker;
+  if (!workloads_dir.empty()) cfg.workloads_dir = workloads_dir;
+  if (!work_dir.empty()) cfg.work_dir = work_dir;
+  if (parallel > 0) cfg.parallel_trials = parallel;
+  if (!devices.empty()) cfg.devices = devices;
+  if (timeout > 0) cfg.trial_timeout_s = timeout;
+  if (!log_level.empty()) cfg.log_level = log_level;
+  if (auto s = finish_daemon_config(cfg, self_exe(argv[0]), config_path); !s.ok()) {
+    spdlog::error("{}", s.message);
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+
+  // SIGTERM / SIGINT are taken by one thread with sigwait; every other thread (gRPC's included) blocks them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto store = Store::open(cfg.database);
+  if (!store.ok()) {
+    spdlog::error("database {}: {}", cfg.database, store.status().message);
+    return 1;
+  }
+  JobManager jobs(cfg, std::move(store).value());
+  TunerService service(jobs);
+
+  grpc::EnableDefaultHealthCheckService(true);
+#ifdef SOARTUNE_HAVE_GRPC_REFLECTION
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+#endif
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(cfg.listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    spdlog::error("cannot listen on {}", cfg.listen);
+    return 1;
+  }
+  std::string host = cfg.listen.substr(0, cfg.listen.rfind(':'));
+  spdlog::info("soartuned {} ({}) listening on {}:{}; database {}, worker {}, devices {}, parallel trials {}",
+               SOARTUNE_VERSION, SOARTUNE_GIT_COMMIT, host, bound_port, cfg.database, cfg.worker,
+               fmt::join(cfg.devices, ","), cfg.parallel_trials);
+  if (!cfg.port_file.empty()) {
+    std::string tmp = cfg.port_file + ".tmp";
+    std::ofstream(tmp) << bound_port << "\n";
+    std::filesystem::rename(tmp, cfg.port_file);
+  }
+  if (auto s = jobs.start(); !s.ok()) {
+    spdlog::error("recovery failed: {}", s.message);
+    server->Shutdown();
+    return 1;
+  }
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("{} received: shutting down (running trials are cancelled; their jobs resume on restart)",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  // Stop accepting; give open calls (watch streams) a moment to see the shutdown and end.
+  std::thread stopper([&] { jobs.shutdown(); });
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  stopper.join();
+  spdlog::info("soartuned stopped");
+  return 0;
+}

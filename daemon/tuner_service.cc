@@ -1,0 +1,503 @@
+#include "daemon/tuner_service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/grpc_status.h"
+#include "daemon/trial_result.h"
+#include "search/budget_day.h"
+#include "search/calibration.h"
+#include "search/launch_export.h"
+#include "search/planner.h"
+#include "search/prediction.h"
+
+namespace soartune::daemon {
+
+using nlohmann::json;
+using search::Result;
+using search::Status;
+
+namespace {
+
+pb::JobState job_state(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return pb::JOB_QUEUED;
+    case JobState::kRunning: return pb::JOB_RUNNING;
+    case JobState::kSucceeded: return pb::JOB_SUCCEEDED;
+    case JobState::kFailed: return pb::JOB_FAILED;
+    case JobState::kCancelled: return pb::JOB_CANCELLED;
+  }
+  return pb::JOB_STATE_UNSPECIFIED;
+}
+
+pb::TrialStatus trial_status(TrialStatus s) {
+  switch (s) {
+    case TrialStatus::kRunning: return pb::TRIAL_RUNNING;
+    case TrialStatus::kComplete: return pb::TRIAL_COMPLETE;
+    case TrialStatus::kFailed: return pb::TRIAL_FAILED;
+    case TrialStatus::kCancelled: return pb::TRIAL_CANCELLED;
+  }
+  return pb::TRIAL_STATUS_UNSPECIFIED;
+}
+
+Status require_job_id(const std::string& id) {
+  if (id.empty()) return Status::Invalid("job_id: required");
+  return Status::Ok();
+}
+
+// Page tokens are decimal offsets.
+Result<int> page_offset(const std::string& token) {
+  if (token.empty()) return 0;
+  int v = 0;
+  for (char c : token) {
+    if (c < '0' || c > '9' || v > 100000000) return Status::Invalid("page_token: '" + token + "' is not a token from an earlier page");
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+Result<int> page_size(int requested) {
+  if (requested < 0) return Status::Invalid("page_size: " + std::to_string(requested) + " is negative; allowed: 0..1000 (0: 50)");
+  if (requested == 0) return 50;
+  return std::min(requested, 1000);
+}
+
+double tier_duration(const TrialRecord& t, const std::string& tier) {
+  for (const TierRecord& r : t.tiers)
+    if (r.tier == tier) return r.duration_s;
+  return std::numeric_limits<double>::infinity();
+}
+
+search::SubmissionBudget budget_for(JobManager& jobs, const std::string& job_id) {
+  if (!job_id.empty()) {
+    if (auto spec = jobs.spec_of(job_id); spec.ok() && spec.value()->submissions) return *spec.value()->submissions;
+  }
+  const DaemonConfig& c = jobs.config();
+  Result<search::SubmissionBudget> b = search::SubmissionBudget::make(c.submissions_timezone, c.submissions_per_day);
+  if (b.ok()) return b.value();
+  return search::SubmissionBudget::make().value();
+}
+
+void to_proto(const SubmissionRecord& s, pb::Submission* out) {
+  out->set_id(s.id);
+  out->set_job_id(s.job_id);
+  out->set_trial(s.trial);
+  out->set_submitted_unix_ms(s.submitted_ms);
+  out->set_budget_day(s.budget_day);
+  out->set_status(s.status);
+  out->set_note(s.note);
+  pb::OfficialResult* r = out->mutable_result();
+  r->set_s1(s.result.s1);
+  r->set_s8(s.result.s8);
+  r->set_sinf(s.result.sinf);
+  r->set_relative_accuracy(s.result.relative_accuracy);
+  r->set_c(s.result.c);
+  r->set_final_score(s.result.final_score);
+}
+
+}  // namespace
+
+void to_proto(const JobView& v, pb::Job* out) {
+  const JobRecord& j = v.job;
+  out->set_id(j.id);
+  out->set_name(j.name);
+  out->set_state(job_state(j.state));
+  out->set_spec_yaml(j.spec_yaml);
+  out->set_model(j.model);
+  out->set_strategy(j.strategy);
+  out->set_trial_budget(j.trial_budget);
+  out->set_trials_done(v.trials_done);
+  out->set_trials_failed(v.trials_failed);
+  out->set_trials_running(v.trials_running);
+  out->set_best_score(v.best_score);
+  out->set_best_trial(v.best_trial);
+  out->set_error(j.error);
+  out->set_created_unix_ms(j.created_ms);
+  out->set_started_unix_ms(j.started_ms);
+  out->set_finished_unix_ms(j.finished_ms);
+  out->set_eta_seconds(v.eta_seconds);
+  out->set_stop_reason(j.stop_reason);
+}
+
+void to_proto(const TrialRecord& t, pb::Trial* out) {
+  out->set_job_id(t.job_id);
+  out->set_number(t.number);
+  out->set_status(trial_status(t.status));
+  for (const auto& [k, v] : t.params) (*out->mutable_params())[k] = v;
+  for (const TierRecord& r : t.tiers) {
+    pb::TierMetrics* m = out->add_tiers();
+    m->set_tier(r.tier);
+    m->set_concurrency(r.concurrency);
+    m->set_duration_s(r.duration_s);
+    m->set_ttft_p50_ms(r.ttft_p50_ms);
+    m->set_ttft_p90_ms(r.ttft_p90_ms);
+    m->set_ttft_p99_ms(r.ttft_p99_ms);
+    m->set_tpot_p50_ms(r.tpot_p50_ms);
+    m->set_tpot_p90_ms(r.tpot_p90_ms);
+    m->set_tpot_p99_ms(r.tpot_p99_ms);
+    m->set_output_tokens_per_s(r.output_tokens_per_s);
+  }
+  out->set_relative_accuracy(t.relative_accuracy);
+  out->set_accuracy_metric(t.accuracy_metric);
+  out->set_score(t.score);
+  out->set_gate(t.gate);
+  out->set_error(t.error);
+  out->set_started_unix_ms(t.started_ms);
+  out->set_finished_unix_ms(t.finished_ms);
+  out->set_log_tail(t.log_tail);
+  out->set_engine_build(t.engine_build);
+  out->set_device(t.device);
+  out->set_peak_memory_bytes(t.peak_memory_bytes);
+  out->set_result_json(t.result_json);
+  json s = json::parse(t.suggestion_json, nullptr, false);
+  if (!s.is_discarded() && s.is_object()) {
+    pb::Suggestion* p = out->mutable_suggestion();
+    p->set_strategy(s.value("strategy", ""));
+    p->set_predicted_score(s.value("predicted_score", 0.0));
+    p->set_predicted_score_std(s.value("predicted_score_std", 0.0));
+    p->set_expected_improvement(s.value("expected_improvement", 0.0));
+    p->set_p_failure(s.value("p_failure", 0.0));
+    if (auto it = s.find("p_gate"); it != s.end() && it->is_array())
+      for (const json& g : *it)
+        if (g.is_number()) p->add_p_gate(g.get<double>());
+    p->set_note(s.value("note", ""));
+  }
+}
+
+grpc::Status TunerService::SubmitJob(grpc::ServerContext*, const pb::SubmitJobRequest* req, pb::Job* out) {
+  if (req->spec_yaml().empty()) return to_grpc(Status::Invalid("spec_yaml: required (the job spec as YAML text)"));
+  Result<JobView> v = jobs_.submit(req->spec_yaml());
+  if (!v.ok()) return to_grpc(v.status());
+  to_proto(v.value(), out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::GetJob(grpc::ServerContext*, const pb::GetJobRequest* req, pb::Job* out) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  Result<JobView> v = jobs_.get_job(req->job_id());
+  if (!v.ok()) return to_grpc(v.status());
+  to_proto(v.value(), out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::ListJobs(grpc::ServerContext*, const pb::ListJobsRequest* req, pb::ListJobsResponse* out) {
+  Result<int> size = page_size(req->page_size());
+  if (!size.ok()) return to_grpc(size.status());
+  Result<int> offset = page_offset(req->page_token());
+  if (!offset.ok()) return to_grpc(offset.status());
+  std::vector<JobView> jobs = jobs_.list_jobs(size.value() + 1, offset.value());
+  for (int i = 0; i < static_cast<int>(jobs.size()) && i < size.value(); ++i) to_proto(jobs[i], out->add_jobs());
+  if (static_cast<int>(jobs.size()) > size.value()) out->set_next_page_token(std::to_string(offset.value() + size.value()));
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::CancelJob(grpc::ServerContext*, const pb::CancelJobRequest* req, pb::Job* out) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  Result<JobView> v = jobs_.cancel(req->job_id());
+  if (!v.ok()) return to_grpc(v.status());
+  to_proto(v.value(), out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::WatchJob(grpc::ServerContext* ctx, const pb::WatchJobRequest* req,
+                                    grpc::ServerWriter<pb::JobEvent>* writer) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  // Subscribe before the snapshot so that no event falls between them.
+  Result<std::shared_ptr<Watcher>> w = jobs_.watch(req->job_id());
+  if (!w.ok()) return to_grpc(w.status());
+  Result<JobView> snap = jobs_.get_job(req->job_id());
+  if (!snap.ok()) return to_grpc(snap.status());
+  pb::JobEvent ev;
+  ev.set_kind(pb::JobEvent::SNAPSHOT);
+  to_proto(snap.value(), ev.mutable_job());
+  ev.set_unix_ms(now_ms());
+  if (!writer->Write(ev)) return grpc::Status::OK;
+  if (is_terminal(snap.value().job.state)) {
+    ev.set_kind(pb::JobEvent::JOB_FINISHED);
+    writer->Write(ev);
+    return grpc::Status::OK;
+  }
+  while (!ctx->IsCancelled()) {
+    std::optional<JobEventData> e = w.value()->pop(500);
+    if (!e) {
+      if (w.value()->closed() || jobs_.shutting_down())
+        return {grpc::StatusCode::UNAVAILABLE, "the daemon is shutting down; the job resumes when it restarts"};
+      continue;
+    }
+    pb::JobEvent out;
+    switch (e->kind) {
+      case EventKind::kSnapshot: out.set_kind(pb::JobEvent::SNAPSHOT); break;
+      case EventKind::kTrialStarted: out.set_kind(pb::JobEvent::TRIAL_STARTED); break;
+      case EventKind::kTrialFinished: out.set_kind(pb::JobEvent::TRIAL_FINISHED); break;
+      case EventKind::kTrialFailed: out.set_kind(pb::JobEvent::TRIAL_FAILED); break;
+      case EventKind::kJobFinished: out.set_kind(pb::JobEvent::JOB_FINISHED); break;
+    }
+    to_proto(e->job, out.mutable_job());
+    if (e->trial) to_proto(*e->trial, out.mutable_trial());
+    out.set_unix_ms(e->unix_ms);
+    if (!writer->Write(out)) return grpc::Status::OK;
+    if (e->kind == EventKind::kJobFinished) return grpc::Status::OK;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::ListTrials(grpc::ServerContext*, const pb::ListTrialsRequest* req,
+                                      pb::ListTrialsResponse* out) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  std::string order = req->order_by().empty() ? "number" : req->order_by();
+  bool desc = order[0] == '-';
+  std::string key = desc ? order.substr(1) : order;
+  static const std::vector<std::string> kKeys = {"number", "score", "c1", "c8", "cinf", "accuracy"};
+  if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
+    return to_grpc(Status::Invalid("order_by: '" + order +
+                                   "' is not one of number, score, c1, c8, cinf, accuracy (prefix - for descending)"));
+  if (!pb::TrialStatus_IsValid(req->status()))
+    return to_grpc(Status::Invalid("status: " + std::to_string(req->status()) + " is not a TrialStatus"));
+  Result<int> size = page_size(req->page_size());
+  if (!size.ok()) return to_grpc(size.status());
+  Result<int> offset = page_offset(req->page_token());
+  if (!offset.ok()) return to_grpc(offset.status());
+  Result<std::vector<TrialRecord>> all = jobs_.trials(req->job_id());
+  if (!all.ok()) return to_grpc(all.status());
+
+  std::vector<TrialRecord> ts;
+  for (const TrialRecord& t : all.value())
+    if (req->status() == pb::TRIAL_STATUS_UNSPECIFIED || trial_status(t.status) == req->status()) ts.push_back(t);
+  auto value = [&](const TrialRecord& t) -> double {
+    if (key == "number") return static_cast<double>(t.number);
+    if (key == "score") return t.score;
+    if (key == "accuracy") return t.status == TrialStatus::kComplete ? t.relative_accuracy : -1;
+    return tier_duration(t, key);
+  };
+  std::stable_sort(ts.begin(), ts.end(), [&](const TrialRecord& a, const TrialRecord& b) {
+    double va = value(a), vb = value(b);
+    if (va != vb) return desc ? va > vb : va < vb;
+    return a.number < b.number;
+  });
+  out->set_total(static_cast<int>(ts.size()));
+  for (int i = offset.value(); i < static_cast<int>(ts.size()) && i < offset.value() + size.value(); ++i)
+    to_proto(ts[i], out->add_trials());
+  if (offset.value() + size.value() < static_cast<int>(ts.size()))
+    out->set_next_page_token(std::to_string(offset.value() + size.value()));
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::GetTrial(grpc::ServerContext*, const pb::GetTrialRequest* req, pb::Trial* out) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  if (req->number() < 0) return to_grpc(Status::Invalid("number: must be >= 0"));
+  Result<TrialRecord> t = jobs_.trial(req->job_id(), req->number());
+  if (!t.ok()) return to_grpc(t.status());
+  to_proto(t.value(), out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::GetBest(grpc::ServerContext*, const pb::GetBestRequest* req, pb::Trial* out) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  Result<TrialRecord> t = jobs_.best(req->job_id());
+  if (!t.ok()) return to_grpc(t.status());
+  to_proto(t.value(), out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::ExportConfig(grpc::ServerContext*, const pb::ExportConfigRequest* req,
+                                        pb::ExportConfigResponse* out) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  Result<search::ExportFormat> format = search::parse_export_format(req->format(), "format");
+  if (!format.ok()) return to_grpc(format.status());
+  if (req->trial() < -1) return to_grpc(Status::Invalid("trial: must be a trial number or -1 (the best)"));
+  Result<TrialRecord> t = req->trial() == -1 ? jobs_.best(req->job_id()) : jobs_.trial(req->job_id(), req->trial());
+  if (!t.ok()) return to_grpc(t.status());
+  if (t.value().status != TrialStatus::kComplete)
+    return to_grpc(Status::Precondition("trial: trial " + std::to_string(t.value().number) + " is " +
+                                        to_string(t.value().status) + "; only COMPLETE trials are exported"));
+  Result<std::shared_ptr<const JobSpec>> spec = jobs_.spec_of(req->job_id());
+  if (!spec.ok()) return to_grpc(spec.status());
+  const TrialRecord& tr = t.value();
+  search::Config launch = search::config_from_text(tr.params);
+  search::ExportSource src{tr.job_id, tr.number, spec.value()->model, tr.engine_build};
+  std::string text;
+  switch (format.value()) {
+    case search::ExportFormat::kYaml: {
+      char line[256];
+      std::snprintf(line, sizeof line, "score %.3f, relative accuracy %.2f%% (%s), gate %.2f", tr.score,
+                    tr.relative_accuracy, tr.accuracy_metric.c_str(), tr.gate);
+      text = trial_yaml(*spec.value(), launch, ReferenceFile{},
+                        {"soartune launch config: job " + tr.job_id + ", trial " + std::to_string(tr.number),
+                         line, "engine build " + tr.engine_build + ", device " + tr.device,
+                         "re-run: soartune-worker --trial <this file>"});
+      break;
+    }
+    case search::ExportFormat::kSglangArgs: {
+      Result<std::string> r = search::export_sglang_args(launch, src);
+      if (!r.ok()) return to_grpc(r.status());
+      text = r.value();
+      break;
+    }
+    case search::ExportFormat::kEnvScript: {
+      Result<std::string> r = search::export_env_script(launch, src);
+      if (!r.ok()) return to_grpc(r.status());
+      text = r.value();
+      break;
+    }
+  }
+  out->set_text(text);
+  out->set_format(search::to_string(format.value()));
+  out->set_trial(tr.number);
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::PlanSubmissions(grpc::ServerContext*, const pb::PlanSubmissionsRequest* req,
+                                           pb::PlanSubmissionsResponse* out) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  if (req->k() < 0) return to_grpc(Status::Invalid("k: must be >= 0 (0: all that remain today)"));
+  if (!std::isfinite(req->accuracy_sigma()) || req->accuracy_sigma() < 0)
+    return to_grpc(Status::Invalid("accuracy_sigma: must be >= 0 (0: the default or the learned value)"));
+  Result<JobManager::SearchState> st = jobs_.search_state(req->job_id());
+  if (!st.ok()) return to_grpc(st.status());
+  search::SubmissionBudget budget = budget_for(jobs_, req->job_id());
+  const int64_t now = now_ms();
+  const std::string day = budget.budget_day(now);
+  std::vector<SubmissionRecord> subs = jobs_.with_store([&](Store& s) { return s.list_submissions(req->job_id()); });
+  int used = jobs_.with_store([&](Store& s) { return s.count_submissions_on_day(day); });
+  search::BudgetDay today = budget.day(now, used);
+  out->set_remaining_today(today.remaining);
+  out->set_budget_day(today.day);
+  out->set_resets_at(today.resets_at);
+  if (today.remaining == 0)
+    return to_grpc(Status::Exhausted("no official submissions left on " + today.day + " (" +
+                                     std::to_string(today.per_day) + " a day); the budget resets at " + today.resets_at));
+  if (req->k() > today.remaining)
+    return to_grpc(Status::Invalid("k: " + std::to_string(req->k()) + " is more than the " +
+                                   std::to_string(today.remaining) + " submission(s) left today"));
+  const int k = req->k() == 0 ? today.remaining : req->k();
+
+  const JobManager::SearchState& state = st.value();
+  std::vector<search::Config> configs;
+  std::vector<const TrialRecord*> complete;
+  std::vector<search::TrialMetrics> observed;
+  for (size_t i = 0; i < state.trials.size(); ++i) {
+    if (state.trials[i].status != TrialStatus::kComplete) continue;
+    complete.push_back(&state.trials[i]);
+    configs.push_back(state.history[i].config);
+    observed.push_back(metrics_of(state.trials[i]));
+  }
+  if (complete.empty())
+    return to_grpc(Status::Precondition("job_id: job " + req->job_id() + " has no COMPLETE trial to plan with"));
+  std::vector<search::Prediction> preds = search::predict(state.problem, state.history, configs);
+  std::vector<search::PlanCandidate> candidates;
+  for (size_t i = 0; i < preds.size() && i < complete.size(); ++i)
+    candidates.push_back({complete[i]->number, preds[i]});
+
+  // Calibration from this job's recorded official results.
+  std::vector<search::CalibrationSample> samples;
+  double best_today = 0;
+  for (const SubmissionRecord& s : subs) {
+    if (s.budget_day == today.day) best_today = std::max(best_today, s.result.final_score);
+    const TrialRecord* t = nullptr;
+    for (const TrialRecord* c : complete)
+      if (c->number == s.trial) t = c;
+    if (!t) continue;
+    search::CalibrationSample cs;
+    search::TrialMetrics m = metrics_of(*t);
+    cs.local_duration_s = m.duration_s;
+    cs.local_accuracy_pct = m.relative_accuracy_pct;
+    cs.official_tier_score = {s.result.s1, s.result.s8, s.result.sinf};
+    cs.official_accuracy_pct = s.result.relative_accuracy;
+    cs.official_failed = s.result.s1 <= 0 && s.result.s8 <= 0 && s.result.sinf <= 0 && s.result.final_score <= 0;
+    samples.push_back(cs);
+  }
+  Result<search::Calibration> cal = search::fit_calibration(samples);
+  if (!cal.ok()) return to_grpc(cal.status());
+  auto reference_s = search::reference_durations(state.problem.scoring, observed);
+  search::PlanOptions options;
+  options.seed = state.problem.seed;
+  options.best_today = best_today;
+  Result<search::Plan> plan = search::plan(k, candidates, state.problem.scoring, reference_s, req->accuracy_sigma(),
+                                           cal.value(), options);
+  if (!plan.ok()) return to_grpc(plan.status());
+  for (const search::PlanPick& p : plan.value().picks) {
+    pb::PlanPick* pick = out->add_picks();
+    pick->set_trial(p.trial);
+    const TrialRecord* t = nullptr;
+    for (const TrialRecord* c : complete)
+      if (c->number == p.trial) t = c;
+    if (t)
+      for (const auto& [kk, v] : t->params) (*pick->mutable_params())[kk] = v;
+    pick->set_predicted_score(p.predicted_score);
+    pick->set_score_lo(p.score_lo);
+    pick->set_score_hi(p.score_hi);
+    for (double g : p.p_gate) pick->add_p_gate(g);
+    pick->set_marginal_value(p.marginal_value);
+    pick->set_role(p.role);
+    pick->set_explanation(p.explanation);
+  }
+  out->set_expected_best_score(plan.value().expected_best_score);
+  out->set_calibration(plan.value().calibration);
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::RecordSubmission(grpc::ServerContext*, const pb::RecordSubmissionRequest* req,
+                                            pb::Submission* out) {
+  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  if (!req->has_result()) return to_grpc(Status::Invalid("result: required (the official S1, S8, Sinf, accuracy, C, final)"));
+  const pb::OfficialResult& r = req->result();
+  struct Field { const char* name; double v; double hi; };
+  for (const Field& f : {Field{"result.s1", r.s1(), 1000}, Field{"result.s8", r.s8(), 1000},
+                         Field{"result.sinf", r.sinf(), 1000}, Field{"result.relative_accuracy", r.relative_accuracy(), 1000},
+                         Field{"result.c", r.c(), 1}, Field{"result.final_score", r.final_score(), 1000}}) {
+    if (!std::isfinite(f.v) || f.v < 0 || f.v > f.hi)
+      return to_grpc(Status::Invalid(std::string(f.name) + ": " + std::to_string(f.v) + " is out of range; allowed: 0.." +
+                                     std::to_string(static_cast<int>(f.hi))));
+  }
+  if (req->submitted_unix_ms() < 0) return to_grpc(Status::Invalid("submitted_unix_ms: must be >= 0 (0: now)"));
+  Result<TrialRecord> t = jobs_.trial(req->job_id(), req->trial());
+  if (!t.ok()) {
+    if (t.status().code == search::Code::kNotFound && t.status().message.rfind("number:", 0) == 0)
+      return to_grpc(Status::NotFound("trial: job " + req->job_id() + " has no trial " + std::to_string(req->trial())));
+    return to_grpc(t.status());
+  }
+  if (t.value().status != TrialStatus::kComplete)
+    return to_grpc(Status::Precondition("trial: trial " + std::to_string(req->trial()) + " is " +
+                                        to_string(t.value().status) + "; only COMPLETE trials are submitted"));
+  search::SubmissionBudget budget = budget_for(jobs_, req->job_id());
+  const int64_t when = req->submitted_unix_ms() == 0 ? now_ms() : req->submitted_unix_ms();
+  SubmissionRecord rec;
+  rec.job_id = req->job_id();
+  rec.trial = req->trial();
+  rec.submitted_ms = when;
+  rec.budget_day = budget.budget_day(when);
+  rec.result = {r.s1(), r.s8(), r.sinf(), r.relative_accuracy(), r.c(), r.final_score()};
+  rec.note = req->note();
+  std::lock_guard<std::mutex> l(submissions_mu_);
+  int used = jobs_.with_store([&](Store& s) { return s.count_submissions_on_day(rec.budget_day); });
+  if (Status s = budget.check_record(when, used); !s.ok()) return to_grpc(s);
+  Result<SubmissionRecord> saved = jobs_.with_store([&](Store& s) { return s.insert_submission(rec); });
+  if (!saved.ok()) return to_grpc(saved.status());
+  to_proto(saved.value(), out);
+  return grpc::Status::OK;
+}
+
+grpc::Status TunerService::ListSubmissions(grpc::ServerContext*, const pb::ListSubmissionsRequest* req,
+                                           pb::ListSubmissionsResponse* out) {
+  if (!req->job_id().empty()) {
+    Result<JobView> j = jobs_.get_job(req->job_id());
+    if (!j.ok()) return to_grpc(j.status());
+  }
+  std::vector<SubmissionRecord> subs = jobs_.with_store([&](Store& s) { return s.list_submissions(req->job_id()); });
+  for (const SubmissionRecord& s : subs) to_proto(s, out->add_submissions());
+  search::SubmissionBudget budget = budget_for(jobs_, req->job_id());
+  const int64_t now = now_ms();
+  std::string day = budget.budget_day(now);
+  int used = jobs_.with_store([&](Store& s) { return s.count_submissions_on_day(day); });
+  search::BudgetDay today = budget.day(now, used);
+  out->set_remaining_today(today.remaining);
+  out->set_budget_day(today.day);
+  out->set_resets_at(today.resets_at);
+  return grpc::Status::OK;
+}
+
+}  // namespace soartune::daemon
