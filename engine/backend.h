@@ -51,7 +51,9 @@ struct BackendPlan {
   int max_step_tokens = 1;               // largest T of any step (prefill budget + decode tokens)
   int max_output_rows = 1;               // largest R of any step
   int max_context = 1;                   // longest sequence (prompt + output) any step will see
-  int kv_pages = 0;                      // pages to allocate; 0 = as many as mem_fraction_pct allows
+  int kv_pages = 0;                      // pages to allocate; 0 = the backend decides (CPU: enough for
+                                         // max_sequences * max_context; CUDA: what mem_fraction_pct allows).
+                                         // kv_pages() says how many it made; the scheduler uses exactly those
 };
 
 class Backend {

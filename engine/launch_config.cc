@@ -14,11 +14,15 @@ const char* kv_dtype_name(KvDtype d) {
     case KvDtype::kFP16: return "fp16";
     case KvDtype::kFP8E4M3: return "fp8_e4m3";
     case KvDtype::kFP8E5M2: return "fp8_e5m2";
+    case KvDtype::kFP32: return "fp32";
   }
   return "?";
 }
 
-int kv_dtype_bytes(KvDtype d) { return (d == KvDtype::kBF16 || d == KvDtype::kFP16) ? 2 : 1; }
+int kv_dtype_bytes(KvDtype d) {
+  if (d == KvDtype::kFP32) return 4;
+  return (d == KvDtype::kBF16 || d == KvDtype::kFP16) ? 2 : 1;
+}
 
 int LaunchConfig::weight_bits_for(int layer, int num_layers, ProjKind kind) const {
   if (auto it = layer_overrides.find(layer); it != layer_overrides.end()) {

@@ -12,10 +12,13 @@
 
 namespace soartune::engine {
 
-enum class KvDtype { kBF16, kFP16, kFP8E4M3, kFP8E5M2 };
+enum class KvDtype {
+  kBF16, kFP16, kFP8E4M3, kFP8E5M2,
+  kFP32,  // engine-internal, not a knob: exact fp32 cache for the reference-implementation tests (CPU only)
+};
 
-const char* kv_dtype_name(KvDtype d);          // "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"
-int kv_dtype_bytes(KvDtype d);                 // 2 or 1
+const char* kv_dtype_name(KvDtype d);          // "bf16", "fp16", "fp8_e4m3", "fp8_e5m2" ("fp32")
+int kv_dtype_bytes(KvDtype d);                 // 2, 1 (4 for kFP32)
 
 // Which projections of a layer a weight-bit choice applies to.
 enum class ProjKind { kAttn, kMlp };           // attn: q/k/v/o; mlp: gate/up/down

@@ -1,0 +1,377 @@
+// soartune-bench: the CUDA engine on a synthetic model (default synthetic:llama3-8b, weights generated on
+// the device), every number beside its roofline: bytes over the copy bandwidth and FLOPs over the bf16
+// matmul rate, both measured in the same run.
+//   decode ms/step at batch 1 and 8 for each weight format (and KV dtype), 4k-token prefill, decode at 32k
+//   context with bf16 vs fp8 KV, and each GEMV variant on the layer shapes.
+// Output: a table on stdout, and one JSON object per row to --json (for scripts/device-run.sh).
+#include <CLI/CLI.hpp>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_model.h"
+#include "engine/model_loader.h"
+#include "kernels/gemv.cuh"
+#include "kernels/synthetic.cuh"
+
+namespace st = soartune;
+namespace kn = soartune::kernels;
+using st::engine::Status;
+
+namespace {
+
+#define BENCH_CK(stmt)                                                                           \
+  do {                                                                                           \
+    cudaError_t e_ = (stmt);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s\n", kn::cuda_error_message(e_, #stmt, __FILE__, __LINE__).c_str()); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+void check(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.message.c_str());
+    std::exit(1);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median ms of `reps` event-timed runs of f after `warm` warm-ups.
+template <typename F>
+double time_events(F&& f, int warm, int reps, cudaStream_t s) {
+  cudaEvent_t a, b;
+  BENCH_CK(cudaEventCreate(&a));
+  BENCH_CK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) f();
+  BENCH_CK(cudaStreamSynchronize(s));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CK(cudaEventRecord(a, s));
+    f();
+    BENCH_CK(cudaEventRecord(b, s));
+    BENCH_CK(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+struct Ceilings {
+  double copy_gbs = 0;     // GB/s, bytes read + written
+  double bf16_tflops = 0;  // TFLOP/s, random inputs
+};
+
+Ceilings measure_ceilings() {
+  Ceilings c;
+  cudaStream_t s;
+  BENCH_CK(cudaStreamCreate(&s));
+  const size_t bytes = size_t(4) << 30;
+  void *a, *b;
+  BENCH_CK(cudaMalloc(&a, bytes));
+  BENCH_CK(cudaMalloc(&b, bytes));
+  BENCH_CK(kn::fill_uniform_bf16(a, int64_t(bytes / 2), 7, 1.f, s));
+  const double ms = time_events([&] { BENCH_CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); }, 3, 10, s);
+  c.copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
+  cudaFree(a);
+  cudaFree(b);
+  const int n = 8192;
+  void *x, *y, *z;
+  BENCH_CK(cudaMalloc(&x, size_t(n) * n * 2));
+  BENCH_CK(cudaMalloc(&y, size_t(n) * n * 2));
+  BENCH_CK(cudaMalloc(&z, size_t(n) * n * 2));
+  BENCH_CK(kn::fill_uniform_bf16(x, int64_t(n) * n, 8, 1.f, s));
+  BENCH_CK(kn::fill_uniform_bf16(y, int64_t(n) * n, 9, 1.f, s));
+  cublasHandle_t h;
+  cublasCreate(&h);
+  cublasSetStream(h, s);
+  const float al = 1.f, be = 0.f;
+  const double gms = time_events(
+      [&] {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &al, x, CUDA_R_16BF, n, y, CUDA_R_16BF, n, &be, z,
+                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      },
+      3, 10, s);
+  c.bf16_tflops = 2.0 * n * double(n) * n / (gms * 1e-3) / 1e12;
+  cublasDestroy(h);
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(z);
+  cudaStreamDestroy(s);
+  return c;
+}
+
+struct Row {
+  std::string what, weights, kv;
+  int batch = 0, context = 0;
+  double ms = 0, roofline_ms = 0, bytes = 0, flops = 0;
+  std::string bound;
+};
+
+std::vector<Row> g_rows;
+std::string g_json_path;
+
+void emit(const Row& r) {
+  g_rows.push_back(r);
+  std::printf("%-10s %-8s %-9s %5d %6d %10.3f %10.3f %7.2fx %s\n", r.what.c_str(), r.weights.c_str(), r.kv.c_str(),
+              r.batch, r.context, r.ms, r.roofline_ms, r.ms / r.roofline_ms, r.bound.c_str());
+  std::fflush(stdout);
+  if (!g_json_path.empty()) {
+    std::ofstream f(g_json_path, std::ios::app);
+    f << "{\"what\":\"" << r.what << "\",\"weights\":\"" << r.weights << "\",\"kv\":\"" << r.kv
+      << "\",\"batch\":" << r.batch << ",\"context\":" << r.context << ",\"ms\":" << r.ms
+      << ",\"roofline_ms\":" << r.roofline_ms << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
+      << ",\"bound\":\"" << r.bound << "\"}\n";
+  }
+}
+
+Row roofline(Row r, const Ceilings& c) {
+  const double tb = r.bytes / (c.copy_gbs * 1e9) * 1e3, tf = r.flops / (c.bf16_tflops * 1e12) * 1e3;
+  r.roofline_ms = std::max(tb, tf);
+  r.bound = tb >= tf ? "memory" : "compute";
+  return r;
+}
+
+struct Format {
+  std::string name;
+  kn::WeightFormat format;
+  int group;
+};
+
+// Decode steps: `batch` sequences each at context `ctx` (KV prefilled with random values).
+double time_decode(st::engine::cuda::CudaModel& m, int batch, int ctx, int reps) {
+  const int page = 16, stride = (ctx + page - 1) / page;
+  std::vector<int32_t> tokens(batch), positions(batch), rows(batch), argmax(batch), tables(size_t(batch) * stride);
+  std::vector<st::engine::StepSequence> seqs(batch);
+  for (int b = 0; b < batch; ++b) {
+    tokens[b] = (1000 + 17 * b) % m.config().vocab;
+    positions[b] = ctx - 1;
+    rows[b] = b;
+    for (int p = 0; p < stride; ++p) tables[size_t(b) * stride + p] = b * stride + p;
+    seqs[b].slot = b;
+    seqs[b].first_token = b;
+    seqs[b].num_tokens = 1;
+    seqs[b].start_pos = ctx - 1;
+    seqs[b].block_table = std::span<const int32_t>(tables.data() + size_t(b) * stride, stride);
+  }
+  st::engine::Step step;
+  step.tokens = tokens;
+  step.positions = positions;
+  step.seqs = seqs;
+  step.output_rows = rows;
+  step.decode_tokens = batch;
+  st::engine::StepOutput out;
+  out.argmax = argmax;
+  std::vector<double> t;
+  for (int i = 0; i < reps + 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check(m.forward(step, out), "decode forward");
+    const auto t1 = std::chrono::steady_clock::now();
+    if (i >= 3) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return median(t);
+}
+
+double time_prefill(st::engine::cuda::CudaModel& m, int len, int reps) {
+  const int page = 16, stride = (len + page - 1) / page;
+  std::vector<int32_t> tokens(len), positions(len), rows{len - 1}, argmax(1), table(stride);
+  for (int i = 0; i < len; ++i) tokens[i] = (i * 7919) % m.config().vocab, positions[i] = i;
+  for (int p = 0; p < stride; ++p) table[p] = p;
+  std::vector<st::engine::StepSequence> seqs(1);
+  seqs[0].num_tokens = len;
+  seqs[0].block_table = table;
+  st::engine::Step step;
+  step.tokens = tokens;
+  step.positions = positions;
+  step.seqs = seqs;
+  step.output_rows = rows;
+  st::engine::StepOutput out;
+  out.argmax = argmax;
+  std::vector<double> t;
+  for (int i = 0; i < reps + 1; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check(m.forward(step, out), "prefill forward");
+    const auto t1 = std::chrono::steady_clock::now();
+    if (i >= 1) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return median(t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"soartune-bench: CUDA engine timings beside their rooflines"};
+  std::string model = "synthetic:llama3-8b";
+  std::string only = "all";
+  int reps = 20;
+  app.add_option("--model", model, "synthetic:<preset>");
+  app.add_option("--only", only, "all | decode | prefill | long | variants");
+  app.add_option("--reps", reps, "timed repetitions (median reported)");
+  app.add_option("--json", g_json_path, "append one JSON object per result to this file");
+  CLI11_PARSE(app, argc, argv);
+  if (model.rfind("synthetic:", 0) != 0) {
+    std::fprintf(stderr, "--model: %s is not a synthetic:<preset>\n", model.c_str());
+    return 2;
+  }
+  auto cfg_r = st::engine::synthetic_config(model.substr(10));
+  if (!cfg_r.ok()) {
+    std::fprintf(stderr, "--model: %s\n", cfg_r.status().message.c_str());
+    return 2;
+  }
+  const st::engine::ModelConfig cfg = cfg_r.value();
+  cudaDeviceProp prop{};
+  BENCH_CK(cudaGetDeviceProperties(&prop, 0));
+  const Ceilings ceil = measure_ceilings();
+  std::printf("device %s, %d SMs; measured copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", prop.name,
+              prop.multiProcessorCount, ceil.copy_gbs, ceil.bf16_tflops);
+  std::printf("model %s: %lld parameters\n", model.c_str(), (long long)cfg.parameter_count());
+  std::printf("%-10s %-8s %-9s %5s %6s %10s %10s %8s %s\n", "what", "weights", "kv", "batch", "ctx", "ms", "roofline",
+              "gap", "bound");
+  {
+    if (!g_json_path.empty()) {
+      std::ofstream f(g_json_path, std::ios::app);
+      f << "{\"what\":\"ceiling\",\"copy_gbps\":" << ceil.copy_gbs << ",\"bf16_tflops\":" << ceil.bf16_tflops
+        << ",\"device\":\"" << prop.name << "\"}\n";
+    }
+  }
+
+  const std::vector<Format> formats = {{"bf16", kn::WeightFormat::kBf16, 0},
+                                       {"int8", kn::WeightFormat::kInt8, 0},
+                                       {"int4g128", kn::WeightFormat::kInt4, 128},
+                                       {"int4g64", kn::WeightFormat::kInt4, 64},
+                                       {"int4g32", kn::WeightFormat::kInt4, 32}};
+  const int64_t d = cfg.hidden, f = cfg.intermediate, qkv = cfg.q_dim() + 2 * cfg.kv_dim();
+  const int64_t linear_params = cfg.layers * (d * qkv + cfg.q_dim() * d + 2 * d * f + f * d);
+  auto kv_bytes_per_token = [&](kn::KvCacheDtype t) {
+    return double(cfg.layers) * 2 * cfg.kv_dim() * kn::kv_dtype_bytes(t);
+  };
+
+  for (const Format& fm : formats) {
+    const bool do_decode = only == "all" || only == "decode";
+    const bool do_prefill = (only == "all" || only == "prefill") && fm.name == "bf16";
+    const bool do_long = (only == "all" || only == "long") && (fm.name == "bf16" || fm.name == "int4g128");
+    const bool do_var = (only == "all" || only == "variants");
+    if (!do_decode && !do_prefill && !do_long && !do_var) continue;
+    // Short-context decode (every KV dtype for bf16 weights, bf16 KV otherwise) and prefill.
+    std::vector<kn::KvCacheDtype> kvs = {kn::KvCacheDtype::kBf16};
+    if (fm.name == "bf16")
+      kvs = {kn::KvCacheDtype::kBf16, kn::KvCacheDtype::kFp16, kn::KvCacheDtype::kFp8E4M3, kn::KvCacheDtype::kFp8E5M2};
+    for (kn::KvCacheDtype kv : kvs) {
+      if (!do_decode && !(do_prefill && kv == kn::KvCacheDtype::kBf16) && !(do_var && kv == kn::KvCacheDtype::kBf16))
+        continue;
+      auto m = std::make_unique<st::engine::cuda::CudaModel>();
+      check(m->init(0), "init");
+      check(m->generate(cfg, {fm.format, fm.group, 1}), "generate");
+      st::engine::cuda::CudaOptions o;
+      o.kv_dtype = kv;
+      o.max_sequences = 8;
+      o.max_output_rows = 8;
+      o.max_context = 4096;
+      o.max_step_tokens = do_prefill && kv == kn::KvCacheDtype::kBf16 ? 4096 : 8;
+      o.cuda_graph_max_bs = 8;
+      check(m->prepare(o), "prepare");
+      check(m->fill_kv_random(11), "fill kv");
+      const double wbytes = double(m->weight_bytes());
+      if (do_decode) {
+        for (int b : {1, 8}) {
+          const int ctx = 512;
+          Row r;
+          r.what = "decode";
+          r.weights = fm.name;
+          r.kv = kn::kv_dtype_name(kv);
+          r.batch = b;
+          r.context = ctx;
+          r.ms = time_decode(*m, b, ctx, reps);
+          r.bytes = wbytes + b * ctx * kv_bytes_per_token(kv);
+          r.flops = 2.0 * b * (linear_params + double(cfg.vocab) * d) + 4.0 * b * ctx * cfg.layers * cfg.q_dim();
+          emit(roofline(r, ceil));
+        }
+      }
+      if (do_prefill && kv == kn::KvCacheDtype::kBf16) {
+        const int len = 4096;
+        Row r;
+        r.what = "prefill";
+        r.weights = fm.name;
+        r.kv = "bf16";
+        r.batch = 1;
+        r.context = len;
+        r.ms = time_prefill(*m, len, std::max(3, reps / 4));
+        r.bytes = wbytes + double(len) * kv_bytes_per_token(kv);
+        r.flops = 2.0 * len * linear_params + 2.0 * double(cfg.vocab) * d +
+                  4.0 * cfg.layers * cfg.q_dim() * (double(len) * (len + 1) / 2);
+        emit(roofline(r, ceil));
+      }
+      if (do_var && kv == kn::KvCacheDtype::kBf16 && (fm.name == "bf16" || fm.name == "int4g128")) {
+        // Whole-model decode with each GEMV variant forced: the gemv_variant knob as the tuner sees it.
+        for (const std::string& v : kn::gemv_variant_names()) {
+          st::engine::cuda::CudaOptions ov = o;
+          ov.gemv_variant = v;
+          ov.max_step_tokens = 8;
+          m.reset();
+          m = std::make_unique<st::engine::cuda::CudaModel>();
+          check(m->init(0), "init");
+          check(m->generate(cfg, {fm.format, fm.group, 1}), "generate");
+          check(m->prepare(ov), "prepare variant");
+          check(m->fill_kv_random(11), "fill kv");
+          for (int b : {1, 8}) {
+            Row r;
+            r.what = "variant";
+            r.weights = fm.name;
+            r.kv = v;
+            r.batch = b;
+            r.context = 512;
+            r.ms = time_decode(*m, b, 512, reps);
+            r.bytes = double(m->weight_bytes()) + b * 512 * kv_bytes_per_token(kn::KvCacheDtype::kBf16);
+            r.flops = 2.0 * b * (linear_params + double(cfg.vocab) * d);
+            emit(roofline(r, ceil));
+          }
+        }
+      }
+    }
+    if (do_long) {
+      for (kn::KvCacheDtype kv : {kn::KvCacheDtype::kBf16, kn::KvCacheDtype::kFp8E4M3}) {
+        auto m = std::make_unique<st::engine::cuda::CudaModel>();
+        check(m->init(0), "init");
+        check(m->generate(cfg, {fm.format, fm.group, 1}), "generate");
+        st::engine::cuda::CudaOptions o;
+        o.kv_dtype = kv;
+        o.max_sequences = 8;
+        o.max_output_rows = 8;
+        o.max_context = 32768;
+        o.max_step_tokens = 8;
+        o.cuda_graph_max_bs = 8;
+        check(m->prepare(o), "prepare long");
+        check(m->fill_kv_random(13), "fill kv");
+        for (int b : {1, 8}) {
+          const int ctx = 32768;
+          Row r;
+          r.what = "decode32k";
+          r.weights = fm.name;
+          r.kv = kn::kv_dtype_name(kv);
+          r.batch = b;
+          r.context = ctx;
+          r.ms = time_decode(*m, b, ctx, reps);
+          r.bytes = double(m->weight_bytes()) + double(b) * ctx * kv_bytes_per_token(kv);
+          r.flops = 2.0 * b * (linear_params + double(cfg.vocab) * d) + 4.0 * b * double(ctx) * cfg.layers * cfg.q_dim();
+          emit(roofline(r, ceil));
+        }
+      }
+    }
+  }
+  return 0;
+}

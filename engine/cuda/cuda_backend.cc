@@ -1,0 +1,67 @@
+// The engine's Backend on a CUDA device: a thin adapter from BackendPlan / Step to CudaModel.
+#include <memory>
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda_model.h"
+
+namespace soartune::engine {
+namespace {
+
+kernels::KvCacheDtype to_kernel_dtype(KvDtype d) {
+  switch (d) {
+    case KvDtype::kBF16: return kernels::KvCacheDtype::kBf16;
+    case KvDtype::kFP16: return kernels::KvCacheDtype::kFp16;
+    case KvDtype::kFP8E4M3: return kernels::KvCacheDtype::kFp8E4M3;
+    case KvDtype::kFP8E5M2: return kernels::KvCacheDtype::kFp8E5M2;
+    default: return kernels::KvCacheDtype::kBf16;
+  }
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::unique_ptr<cuda::CudaModel> m) : model_(std::move(m)) {}
+  std::string name() const override { return "cuda"; }
+  std::string device() const override { return model_->device_name(); }
+
+  Status prepare(const BackendPlan& plan) override {
+    if (!plan.weights) return Status::Invalid("plan.weights: no model weights given");
+    const KvDtype kv = plan.launch.kv_cache_dtype;
+    if (kv != KvDtype::kBF16 && kv != KvDtype::kFP16 && kv != KvDtype::kFP8E4M3 && kv != KvDtype::kFP8E5M2)
+      return Status::Invalid(std::string("launch.kv_cache_dtype: ") + kv_dtype_name(kv) +
+                             " is not one of bf16, fp16, fp8_e4m3, fp8_e5m2 on the CUDA backend");
+    Status s = model_->upload(*plan.weights);
+    if (!s.ok()) return s;
+    cuda::CudaOptions o;
+    o.kv_dtype = to_kernel_dtype(plan.launch.kv_cache_dtype);
+    o.page_size = plan.launch.kv_page_size;
+    o.kv_pages = plan.kv_pages;
+    o.mem_fraction_pct = plan.launch.mem_fraction_pct;
+    o.max_sequences = plan.max_sequences;
+    o.max_step_tokens = plan.max_step_tokens;
+    o.max_output_rows = plan.max_output_rows;
+    o.max_context = plan.max_context;
+    o.gemv_variant = plan.launch.gemv_variant;
+    o.decode_kv_splits = plan.launch.decode_kv_splits;
+    o.prefill_attn_block = plan.launch.prefill_attn_block;
+    o.cuda_graphs = plan.launch.cuda_graphs;
+    o.cuda_graph_max_bs = plan.launch.cuda_graph_max_bs;
+    return model_->prepare(o);
+  }
+  int kv_pages() const override { return model_->kv_pages(); }
+  Status forward(const Step& step, StepOutput& out) override { return model_->forward(step, out); }
+  std::size_t peak_memory_bytes() const override { return model_->peak_memory_bytes(); }
+
+ private:
+  std::unique_ptr<cuda::CudaModel> model_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device_index) {
+  auto m = std::make_unique<cuda::CudaModel>();
+  Status s = m->init(device_index);
+  if (!s.ok()) return s;
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(m)));
+}
+
+}  // namespace soartune::engine

@@ -1,0 +1,676 @@
+#include "engine/cuda/cuda_model.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "kernels/activation.cuh"
+#include "kernels/attention_prefill.cuh"
+#include "kernels/norm.cuh"
+#include "kernels/numeric_formats.h"
+#include "kernels/rope.cuh"
+#include "kernels/sampling.cuh"
+#include "kernels/synthetic.cuh"
+
+namespace soartune::engine::cuda {
+
+namespace kn = soartune::kernels;
+
+#define SOARTUNE_KERNEL_TRY(expr)                                                                      \
+  do {                                                                                                 \
+    std::string soartune_m_ = (expr);                                                                  \
+    if (!soartune_m_.empty()) return Status::Internal(std::string(#expr) + ": " + soartune_m_);        \
+  } while (0)
+
+#define SOARTUNE_STATUS_TRY(expr)         \
+  do {                                    \
+    Status soartune_s_ = (expr);          \
+    if (!soartune_s_.ok()) return soartune_s_; \
+  } while (0)
+
+namespace {
+
+constexpr size_t kCublasWorkspace = 32u << 20;
+
+int values_per_chunk(kn::WeightFormat f) {
+  return f == kn::WeightFormat::kInt4 ? 32 : f == kn::WeightFormat::kInt8 ? 16 : 8;
+}
+
+}  // namespace
+
+CudaModel::~CudaModel() {
+  for (auto& [bs, g] : graphs_) cudaGraphExecDestroy(g);
+  if (cublas_) cublasDestroy(cublas_);
+  for (void* p : allocations_) cudaFree(p);
+  if (h_inputs_) cudaFreeHost(h_inputs_);
+  if (h_argmax_) cudaFreeHost(h_argmax_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status CudaModel::init(int device_index) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Status::Precondition("no CUDA device found");
+  }
+  if (device_index < 0 || device_index >= count)
+    return Status::Invalid("device_index: " + std::to_string(device_index) + " is not in 0.." +
+                           std::to_string(count - 1));
+  device_ = device_index;
+  SOARTUNE_CUDA_TRY(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  SOARTUNE_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
+  if (prop.major < 8)
+    return Status::Precondition(std::string("device ") + prop.name + " (sm_" + std::to_string(prop.major * 10 + prop.minor) +
+                                ") is older than the sm_80 the tensor-core GEMV needs");
+  sm_count_ = prop.multiProcessorCount;
+  device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major * 10 + prop.minor) + ")";
+  SOARTUNE_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return Status::Internal("cublasCreate failed");
+  SOARTUNE_STATUS_TRY(alloc(&cublas_workspace_, kCublasWorkspace));
+  if (cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS)
+    return Status::Internal("cublasSetWorkspace failed");
+  gemm_.cublas = cublas_;
+  return Status::Ok();
+}
+
+Status CudaModel::alloc(void** p, size_t bytes) {
+  bytes = (bytes + 255) / 256 * 256;
+  const cudaError_t e = cudaMalloc(p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return Status::Exhausted("cudaMalloc(" + std::to_string(bytes) + " bytes): out of device memory (" +
+                             std::to_string(allocated_bytes_) + " bytes already held)");
+  }
+  SOARTUNE_CUDA_TRY(e);
+  allocations_.push_back(*p);
+  allocated_bytes_ += bytes;
+  return Status::Ok();
+}
+
+// ---- weights ----
+
+Status CudaModel::upload_linear(const std::vector<const QuantizedLinear*>& parts, kn::DeviceLinear* out) {
+  const QuantizedLinear& p0 = *parts[0];
+  int n = 0;
+  for (const QuantizedLinear* p : parts) {
+    if (p->in != p0.in || p->bits != p0.bits || p->group_size != p0.group_size || p->dtype16 != p0.dtype16)
+      return Status::Invalid("weights: fused projections must share input width, bits and group size");
+    n += p->out;
+  }
+  const int k = p0.in;
+  kn::DeviceLinear d;
+  d.n = n;
+  d.k = k;
+  if (p0.bits == 16) {
+    d.format = p0.dtype16 == Dtype16::kFP16 ? kn::WeightFormat::kFp16 : kn::WeightFormat::kBf16;
+  } else if (p0.bits == 8) {
+    d.format = kn::WeightFormat::kInt8;
+  } else if (p0.bits == 4) {
+    d.format = kn::WeightFormat::kInt4;
+  } else {
+    return Status::Invalid("weight_bits: " + std::to_string(p0.bits) + " is not one of 16, 8, 4");
+  }
+  d.group = p0.bits == 16 ? 0 : (p0.group_size == 0 ? k : p0.group_size);
+  if (k % values_per_chunk(d.format) != 0)
+    return Status::Invalid("weights: input width " + std::to_string(k) + " is not a multiple of " +
+                           std::to_string(values_per_chunk(d.format)) + " for " + kn::weight_format_name(d.format));
+  const size_t wb = kn::weight_bytes(d.format, n, k);
+  void* w = nullptr;
+  SOARTUNE_STATUS_TRY(alloc(&w, wb));
+  std::vector<uint8_t> host(wb);
+  size_t off = 0;
+  std::vector<float> scales;
+  for (const QuantizedLinear* p : parts) {
+    if (p0.bits == 16) {
+      std::memcpy(host.data() + off, p->w16.data(), p->w16.size() * 2);
+      off += p->w16.size() * 2;
+    } else if (p0.bits == 8) {
+      std::memcpy(host.data() + off, p->q.data(), p->q.size());
+      off += p->q.size();
+    } else {
+      kn::pack_int4_rows(p->q.data(), p->out, k, host.data() + off);
+      off += size_t(p->out) * k / 2;
+    }
+    scales.insert(scales.end(), p->scales.begin(), p->scales.end());
+  }
+  SOARTUNE_CUDA_TRY(cudaMemcpy(w, host.data(), wb, cudaMemcpyHostToDevice));
+  d.w = w;
+  weight_bytes_ += wb;
+  if (p0.bits != 16) {
+    void* s = nullptr;
+    SOARTUNE_STATUS_TRY(alloc(&s, scales.size() * 4));
+    SOARTUNE_CUDA_TRY(cudaMemcpy(s, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+    d.scales = static_cast<float*>(s);
+    weight_bytes_ += scales.size() * 4;
+  }
+  *out = d;
+  return Status::Ok();
+}
+
+static Status upload_floats(const std::vector<float>& v, float** out,
+                            const std::function<Status(void**, size_t)>& alloc) {
+  void* p = nullptr;
+  SOARTUNE_STATUS_TRY(alloc(&p, v.size() * 4));
+  SOARTUNE_CUDA_TRY(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  *out = static_cast<float*>(p);
+  return Status::Ok();
+}
+
+Status CudaModel::upload(const ModelWeights& w) {
+  cfg_ = w.config;
+  auto al = [this](void** p, size_t b) { return alloc(p, b); };
+  // Embedding rows are gathered as bf16.
+  {
+    const QuantizedLinear& e = w.embed;
+    std::vector<uint16_t> bf(e.w16.size());
+    for (size_t i = 0; i < bf.size(); ++i)
+      bf[i] = e.dtype16 == Dtype16::kFP16 ? kn::f32_to_bf16(kn::fp16_to_f32(e.w16[i])) : e.w16[i];
+    SOARTUNE_STATUS_TRY(alloc(&embed_, bf.size() * 2));
+    SOARTUNE_CUDA_TRY(cudaMemcpy(embed_, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice));
+  }
+  layers_.assign(w.layers.size(), {});
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    CudaLayer& D = layers_[l];
+    SOARTUNE_STATUS_TRY(upload_linear({&L.wq, &L.wk, &L.wv}, &D.qkv));
+    SOARTUNE_STATUS_TRY(upload_linear({&L.wo}, &D.o));
+    SOARTUNE_STATUS_TRY(upload_linear({&L.w_gate, &L.w_up}, &D.gate_up));
+    SOARTUNE_STATUS_TRY(upload_linear({&L.w_down}, &D.down));
+    SOARTUNE_STATUS_TRY(upload_floats(L.attn_norm, &D.attn_norm, al));
+    SOARTUNE_STATUS_TRY(upload_floats(L.mlp_norm, &D.mlp_norm, al));
+    if (!L.wq.bias.empty()) {
+      std::vector<float> b = L.wq.bias;
+      b.insert(b.end(), L.wk.bias.begin(), L.wk.bias.end());
+      b.insert(b.end(), L.wv.bias.begin(), L.wv.bias.end());
+      SOARTUNE_STATUS_TRY(upload_floats(b, &D.qkv_bias, al));
+    }
+  }
+  SOARTUNE_STATUS_TRY(upload_floats(w.final_norm, &final_norm_, al));
+  SOARTUNE_STATUS_TRY(upload_linear({&w.lm_head}, &lm_head_));
+  have_weights_ = true;
+  return Status::Ok();
+}
+
+Status CudaModel::generate(const ModelConfig& c, const SyntheticSpec& spec) {
+  cfg_ = c;
+  uint64_t seed = spec.seed * 1000003ull;
+  const float kStd = 0.02f;
+  auto make_linear = [&](int n, int k, kn::WeightFormat f, int group, kn::DeviceLinear* out) -> Status {
+    kn::DeviceLinear d;
+    d.format = f;
+    d.n = n;
+    d.k = k;
+    d.group = kn::is_quantized(f) ? (group == 0 ? k : group) : 0;
+    void* w = nullptr;
+    SOARTUNE_STATUS_TRY(alloc(&w, kn::weight_bytes(f, n, k)));
+    if (f == kn::WeightFormat::kBf16 || f == kn::WeightFormat::kFp16) {
+      // fp16 bits of small uniform values are generated as bf16 then reinterpreted: still finite and small.
+      SOARTUNE_CUDA_TRY(kn::fill_uniform_bf16(w, int64_t(n) * k, ++seed, kStd, stream_));
+    } else {
+      const int bits = f == kn::WeightFormat::kInt8 ? 8 : 4;
+      SOARTUNE_CUDA_TRY(kn::fill_random_codes(w, int64_t(n) * k, ++seed, bits, stream_));
+      const int64_t ns = int64_t(n) * (k / d.group);
+      void* s = nullptr;
+      SOARTUNE_STATUS_TRY(alloc(&s, ns * 4));
+      const float qmax = bits == 8 ? 127.f : 7.f;
+      SOARTUNE_CUDA_TRY(kn::fill_uniform_f32(static_cast<float*>(s), ns, ++seed, 0.5f * kStd / qmax,
+                                             1.5f * kStd / qmax, stream_));
+      d.scales = static_cast<float*>(s);
+      weight_bytes_ += ns * 4;
+    }
+    d.w = w;
+    weight_bytes_ += kn::weight_bytes(f, n, k);
+    *out = d;
+    return Status::Ok();
+  };
+  auto make_norm = [&](float** out) -> Status {
+    void* p = nullptr;
+    SOARTUNE_STATUS_TRY(alloc(&p, size_t(c.hidden) * 4));
+    SOARTUNE_CUDA_TRY(kn::fill_uniform_f32(static_cast<float*>(p), c.hidden, ++seed, 0.9f, 1.1f, stream_));
+    *out = static_cast<float*>(p);
+    return Status::Ok();
+  };
+  SOARTUNE_STATUS_TRY(alloc(&embed_, size_t(c.vocab) * c.hidden * 2));
+  SOARTUNE_CUDA_TRY(kn::fill_uniform_bf16(embed_, int64_t(c.vocab) * c.hidden, ++seed, 1.0f, stream_));
+  layers_.assign(c.layers, {});
+  for (CudaLayer& D : layers_) {
+    SOARTUNE_STATUS_TRY(make_linear(c.q_dim() + 2 * c.kv_dim(), c.hidden, spec.format, spec.group, &D.qkv));
+    SOARTUNE_STATUS_TRY(make_linear(c.hidden, c.q_dim(), spec.format, spec.group, &D.o));
+    SOARTUNE_STATUS_TRY(make_linear(2 * c.intermediate, c.hidden, spec.format, spec.group, &D.gate_up));
+    SOARTUNE_STATUS_TRY(make_linear(c.hidden, c.intermediate, spec.format, spec.group, &D.down));
+    SOARTUNE_STATUS_TRY(make_norm(&D.attn_norm));
+    SOARTUNE_STATUS_TRY(make_norm(&D.mlp_norm));
+  }
+  SOARTUNE_STATUS_TRY(make_norm(&final_norm_));
+  SOARTUNE_STATUS_TRY(make_linear(c.vocab, c.hidden, kn::WeightFormat::kBf16, 0, &lm_head_));
+  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
+  have_weights_ = true;
+  return Status::Ok();
+}
+
+// ---- buffers, plans, graphs ----
+
+Status CudaModel::prepare(const CudaOptions& opt) {
+  if (!have_weights_) return Status::Precondition("prepare: no weights uploaded");
+  opt_ = opt;
+  const ModelConfig& c = cfg_;
+  if (opt.max_sequences < 1 || opt.max_step_tokens < 1 || opt.max_output_rows < 1 || opt.max_context < 1)
+    return Status::Invalid("plan: max_sequences, max_step_tokens, max_output_rows and max_context must be >= 1");
+  if (opt.page_size < 1) return Status::Invalid("launch.kv_page_size: must be >= 1");
+  if (opt.gemv_variant != "auto") {
+    const auto& names = kn::gemv_variant_names();
+    if (std::find(names.begin(), names.end(), opt.gemv_variant) == names.end()) {
+      std::string allowed = "auto";
+      for (const auto& n : names) allowed += ", " + n;
+      return Status::Invalid("launch.gemv_variant: " + opt.gemv_variant + " is not one of " + allowed);
+    }
+  }
+  if (opt.prefill_attn_block != 32 && opt.prefill_attn_block != 64 && opt.prefill_attn_block != 128)
+    return Status::Invalid("launch.prefill_attn_block: " + std::to_string(opt.prefill_attn_block) +
+                           " is not one of 32, 64, 128");
+  const int T = opt.max_step_tokens, S = opt.max_sequences, R = opt.max_output_rows;
+  block_stride_ = (opt.max_context + opt.page_size - 1) / opt.page_size;
+
+  // Step buffers.
+  const int qkv_dim = c.q_dim() + 2 * c.kv_dim();
+  const int wide = std::max(qkv_dim, 2 * c.intermediate);
+  const int narrow = std::max(c.hidden, c.intermediate);
+  auto A = [&](void** p, size_t b) { return alloc(p, b); };
+  SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&residual_), size_t(T) * c.hidden * 4));
+  SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&add_), size_t(T) * c.hidden * 4));
+  SOARTUNE_STATUS_TRY(A(&xn_, size_t(std::max(T, R)) * narrow * 2));
+  SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&wide_), size_t(T) * wide * 4));
+  SOARTUNE_STATUS_TRY(A(&q_, size_t(T) * c.q_dim() * 2));
+  SOARTUNE_STATUS_TRY(A(&attn_, size_t(T) * c.q_dim() * 2));
+  SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&logits_), size_t(R) * c.vocab * 4));
+  // Inputs: small sections first, then the block table, so one copy covers a step.
+  const size_t small = size_t(3) * T + 2 * S + (S + 1) + R + R;
+  inputs_words_ = small + size_t(S) * block_stride_;
+  SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&d_inputs_), inputs_words_ * 4));
+  SOARTUNE_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&h_inputs_), inputs_words_ * 4));
+  SOARTUNE_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&h_argmax_), size_t(R) * 4));
+  int32_t* p = d_inputs_;
+  d_tokens_ = p, p += T;
+  d_positions_ = p, p += T;
+  d_kv_slot_ = p, p += T;
+  d_seq_lens_ = p, p += S;
+  d_prefix_lens_ = p, p += S;
+  d_q_offsets_ = p, p += S + 1;
+  d_out_rows_ = p, p += R;
+  d_argmax_ = p, p += R;
+  d_block_table_ = p;
+  SOARTUNE_CUDA_TRY(cudaMemset(d_inputs_, 0, inputs_words_ * 4));
+
+  // Quantised layers run through cuBLAS on a bf16 copy when a step has more than 32 rows.
+  size_t scratch = 0;
+  for (const CudaLayer& L : layers_)
+    for (const kn::DeviceLinear* d : {&L.qkv, &L.o, &L.gate_up, &L.down}) scratch = std::max(scratch, kn::gemm_scratch_bytes(*d));
+  scratch = std::max(scratch, kn::gemm_scratch_bytes(lm_head_));
+  if (std::max(T, R) > kn::kGemvMaxBatch && scratch > 0) {
+    SOARTUNE_STATUS_TRY(A(&gemm_.scratch, scratch));
+    gemm_.scratch_bytes = scratch;
+  }
+
+  // Every linear must be implementable at the batch sizes this plan can produce.
+  for (const CudaLayer& L : layers_) {
+    for (const kn::DeviceLinear* d : std::initializer_list<const kn::DeviceLinear*>{&L.qkv, &L.o, &L.gate_up, &L.down, &lm_head_}) {
+      kn::GemvArgs g;
+      g.w = *d;
+      g.x = xn_;
+      g.y = wide_;
+      g.batch = std::min(kn::kGemvMaxBatch, std::max(T, R));
+      const std::string e = kn::gemv_can_implement(g, opt.gemv_variant);
+      if (!e.empty()) return Status::Invalid("launch.gemv_variant: " + opt.gemv_variant + " cannot run a " +
+                                             std::to_string(d->n) + "x" + std::to_string(d->k) + " " +
+                                             kn::weight_format_name(d->format) + " layer: " + e);
+      if (std::max(T, R) > kn::kGemvMaxBatch) {
+        const std::string ge = kn::gemm_can_implement(*d, std::max(T, R), gemm_);
+        if (!ge.empty()) return Status::Invalid("weights: prefill GEMM: " + ge);
+      }
+    }
+  }
+
+  // KV pages: enough for every sequence at max_context, within mem_fraction_pct of the device.
+  size_t free_b = 0, total_b = 0;
+  SOARTUNE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  kn::PagedKvLayout lay{c.kv_heads, c.head_dim, opt.page_size, opt.kv_dtype};
+  const size_t page_all_layers = lay.page_bytes() * 2 * c.layers;
+  const size_t budget_total = total_b / 100 * size_t(opt.mem_fraction_pct);
+  const size_t used = total_b - free_b;
+  const size_t budget = budget_total > used + (64u << 20) ? budget_total - used - (64u << 20) : 0;
+  const int64_t fit = int64_t(budget / page_all_layers) - 1;
+  const int64_t needed = int64_t(S) * block_stride_;
+  int64_t pages = opt.kv_pages > 0 ? opt.kv_pages : std::min(needed, fit);
+  if (pages > fit || pages < block_stride_)
+    return Status::Exhausted("launch.mem_fraction_pct: " + std::to_string(opt.mem_fraction_pct) + "% of " +
+                             std::to_string(total_b >> 20) + " MiB leaves room for " + std::to_string(fit) +
+                             " KV pages; " + std::to_string(pages < block_stride_ ? block_stride_ : pages) +
+                             " are needed");
+  num_pages_ = int(pages);
+  k_cache_.assign(c.layers, nullptr);
+  v_cache_.assign(c.layers, nullptr);
+  for (int l = 0; l < c.layers; ++l) {
+    SOARTUNE_STATUS_TRY(A(&k_cache_[l], lay.page_bytes() * (num_pages_ + 1)));
+    SOARTUNE_STATUS_TRY(A(&v_cache_[l], lay.page_bytes() * (num_pages_ + 1)));
+  }
+
+  // Decode attention: the workspace of the widest plan any step can ask for (batch S, the knob's splits or,
+  // for auto, up to 32), checked again before every launch.
+  for (int splits : {opt.decode_kv_splits, 32}) {
+    kn::DecodeAttentionArgs da;
+    da.q = q_, da.out = attn_, da.k_cache = k_cache_[0], da.v_cache = v_cache_[0];
+    da.block_table = d_block_table_, da.seq_lens = d_seq_lens_, da.batch = S;
+    da.n_heads = c.heads, da.n_kv_heads = c.kv_heads, da.head_dim = c.head_dim, da.page_size = opt.page_size;
+    da.block_table_stride = block_stride_, da.max_seq_len = opt.max_context, da.kv_dtype = opt.kv_dtype;
+    kn::DecodeAttentionPlan plan;
+    const std::string e = kn::decode_attention_plan(da, splits, sm_count_, &plan);
+    if (!e.empty() && splits == opt.decode_kv_splits)
+      return Status::Invalid("launch.decode_kv_splits / kv_cache_dtype: decode attention: " + e);
+    if (e.empty()) attn_workspace_bytes_ = std::max(attn_workspace_bytes_, plan.workspace_bytes);
+  }
+  if (attn_workspace_bytes_ > 0) SOARTUNE_STATUS_TRY(A(&attn_workspace_, attn_workspace_bytes_));
+  {
+    kn::PrefillAttentionArgs pa;
+    pa.q = q_, pa.out = attn_, pa.k_cache = k_cache_[0], pa.v_cache = v_cache_[0];
+    pa.block_table = d_block_table_, pa.q_offsets = d_q_offsets_, pa.prefix_lens = d_prefix_lens_;
+    pa.batch = S, pa.n_heads = c.heads, pa.n_kv_heads = c.kv_heads, pa.head_dim = c.head_dim;
+    pa.page_size = opt.page_size, pa.block_table_stride = block_stride_, pa.max_q_len = T;
+    pa.kv_dtype = opt.kv_dtype;
+    kn::PrefillAttentionPlan plan;
+    const std::string e = kn::prefill_attention_plan(pa, opt.prefill_attn_block, &plan);
+    if (!e.empty()) return Status::Invalid("launch.prefill_attn_block / kv_cache_dtype: prefill attention: " + e);
+  }
+  {
+    kn::RopeKvArgs ra;
+    ra.qkv = wide_, ra.q_out = q_, ra.k_cache = k_cache_[0], ra.v_cache = v_cache_[0];
+    ra.positions = d_positions_, ra.kv_slot = d_kv_slot_, ra.n_heads = c.heads, ra.n_kv_heads = c.kv_heads;
+    ra.head_dim = c.head_dim, ra.page_size = opt.page_size, ra.kv_dtype = opt.kv_dtype;
+    const std::string e = kn::rope_kv_can_implement(ra);
+    if (!e.empty()) return Status::Invalid("model: RoPE: " + e);
+    kn::RmsNormArgs na;
+    na.residual = residual_, na.gamma = final_norm_, na.out = xn_, na.rows = 1, na.d = c.hidden;
+    const std::string ne = kn::rmsnorm_can_implement(na);
+    if (!ne.empty()) return Status::Invalid("model: RMSNorm: " + ne);
+  }
+
+  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
+  if (opt.cuda_graphs) {
+    const int max_bs = std::min({opt.cuda_graph_max_bs, S, T, R});
+    for (int b = 1; b <= max_bs; ++b) SOARTUNE_STATUS_TRY(capture_graph(b));
+  }
+  peak_memory_bytes();
+  return Status::Ok();
+}
+
+Status CudaModel::capture_graph(int batch) {
+  cudaGraph_t graph = nullptr;
+  SOARTUNE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  Status s = run_layers(batch, true, batch, 1, opt_.max_context, batch);
+  capturing_ = false;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+  if (!s.ok()) {
+    if (graph) cudaGraphDestroy(graph);
+    return s;
+  }
+  SOARTUNE_CUDA_TRY(e);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  SOARTUNE_CUDA_TRY(ie);
+  graphs_[batch] = exec;
+  return Status::Ok();
+}
+
+// ---- the step ----
+
+Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, float* y, int rows) {
+  if (rows <= kn::kGemvMaxBatch) {
+    kn::GemvArgs g;
+    g.w = w;
+    g.x = x;
+    g.y = y;
+    g.batch = rows;
+    kn::GemvPlan plan;
+    SOARTUNE_KERNEL_TRY(kn::gemv_plan(g, opt_.gemv_variant, &plan));
+    SOARTUNE_CUDA_TRY(kn::gemv_run(g, plan, stream_));
+    return Status::Ok();
+  }
+  SOARTUNE_KERNEL_TRY(kn::gemm_run(gemm_, w, x, w.k, y, w.n, rows, stream_));
+  return Status::Ok();
+}
+
+Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out) {
+  const ModelConfig& c = cfg_;
+  SOARTUNE_CUDA_TRY(kn::embedding_gather_run(d_tokens_, embed_, residual_, T, c.hidden, stream_));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const CudaLayer& L = layers_[l];
+    kn::RmsNormArgs na;
+    na.residual = residual_;
+    na.add = l == 0 ? nullptr : add_;
+    na.gamma = L.attn_norm;
+    na.out = xn_;
+    na.rows = T;
+    na.d = c.hidden;
+    na.eps = c.rms_eps;
+    SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
+    SOARTUNE_STATUS_TRY(linear(L.qkv, xn_, wide_, T));
+    kn::RopeKvArgs ra;
+    ra.qkv = wide_;
+    ra.bias = L.qkv_bias;
+    ra.q_out = q_;
+    ra.k_cache = k_cache_[l];
+    ra.v_cache = v_cache_[l];
+    ra.positions = d_positions_;
+    ra.kv_slot = d_kv_slot_;
+    ra.tokens = T;
+    ra.n_heads = c.heads;
+    ra.n_kv_heads = c.kv_heads;
+    ra.head_dim = c.head_dim;
+    ra.page_size = opt_.page_size;
+    ra.kv_dtype = opt_.kv_dtype;
+    ra.rope_theta = c.rope_theta;
+    SOARTUNE_CUDA_TRY(kn::rope_kv_write_run(ra, stream_));
+    if (decode_only) {
+      kn::DecodeAttentionArgs da;
+      da.q = q_;
+      da.out = attn_;
+      da.k_cache = k_cache_[l];
+      da.v_cache = v_cache_[l];
+      da.block_table = d_block_table_;
+      da.seq_lens = d_seq_lens_;
+      da.batch = batch;
+      da.n_heads = c.heads;
+      da.n_kv_heads = c.kv_heads;
+      da.head_dim = c.head_dim;
+      da.page_size = opt_.page_size;
+      da.block_table_stride = block_stride_;
+      da.max_seq_len = max_seq_len;
+      da.kv_dtype = opt_.kv_dtype;
+      kn::DecodeAttentionPlan plan;
+      SOARTUNE_KERNEL_TRY(kn::decode_attention_plan(da, opt_.decode_kv_splits, sm_count_, &plan));
+      if (plan.workspace_bytes > attn_workspace_bytes_)
+        return Status::Internal("decode attention workspace " + std::to_string(plan.workspace_bytes) +
+                                " exceeds the " + std::to_string(attn_workspace_bytes_) + " bytes planned");
+      SOARTUNE_CUDA_TRY(kn::decode_attention_run(da, plan, attn_workspace_, stream_));
+    } else {
+      kn::PrefillAttentionArgs pa;
+      pa.q = q_;
+      pa.out = attn_;
+      pa.k_cache = k_cache_[l];
+      pa.v_cache = v_cache_[l];
+      pa.block_table = d_block_table_;
+      pa.q_offsets = d_q_offsets_;
+      pa.prefix_lens = d_prefix_lens_;
+      pa.batch = batch;
+      pa.n_heads = c.heads;
+      pa.n_kv_heads = c.kv_heads;
+      pa.head_dim = c.head_dim;
+      pa.page_size = opt_.page_size;
+      pa.block_table_stride = block_stride_;
+      pa.max_q_len = max_q_len;
+      pa.kv_dtype = opt_.kv_dtype;
+      kn::PrefillAttentionPlan plan;
+      SOARTUNE_KERNEL_TRY(kn::prefill_attention_plan(pa, opt_.prefill_attn_block, &plan));
+      SOARTUNE_CUDA_TRY(kn::prefill_attention_run(pa, plan, stream_));
+    }
+    SOARTUNE_STATUS_TRY(linear(L.o, attn_, add_, T));
+    na.add = add_;
+    na.gamma = L.mlp_norm;
+    SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
+    SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T));
+    SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_));
+    SOARTUNE_STATUS_TRY(linear(L.down, xn_, add_, T));
+  }
+  if (rows_out == 0) return Status::Ok();  // a prefill chunk that only fills the KV cache
+  kn::RmsNormArgs fa;
+  fa.residual = residual_;
+  fa.add = layers_.empty() ? nullptr : add_;
+  fa.row_index = d_out_rows_;
+  fa.gamma = final_norm_;
+  fa.out = xn_;
+  fa.rows = rows_out;
+  fa.d = c.hidden;
+  fa.eps = c.rms_eps;
+  SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(fa, stream_));
+  SOARTUNE_STATUS_TRY(linear(lm_head_, xn_, logits_, rows_out));
+  SOARTUNE_CUDA_TRY(kn::argmax_run(logits_, rows_out, c.vocab, d_argmax_, stream_));
+  return Status::Ok();
+}
+
+Status CudaModel::copy_inputs(const Step& step, bool decode_only, int* max_q_len, int* max_seq_len) {
+  const int T = int(step.tokens.size()), S = int(step.seqs.size()), R = int(step.output_rows.size());
+  const int64_t off_tokens = d_tokens_ - d_inputs_, off_pos = d_positions_ - d_inputs_,
+                off_slot = d_kv_slot_ - d_inputs_, off_len = d_seq_lens_ - d_inputs_,
+                off_prefix = d_prefix_lens_ - d_inputs_, off_qoff = d_q_offsets_ - d_inputs_,
+                off_rows = d_out_rows_ - d_inputs_, off_bt = d_block_table_ - d_inputs_;
+  int32_t* h = h_inputs_;
+  *max_q_len = 0;
+  *max_seq_len = 0;
+  for (int s = 0; s < S; ++s) {
+    const StepSequence& q = step.seqs[s];
+    const int end = q.start_pos + q.num_tokens;
+    const int pages = (end + opt_.page_size - 1) / opt_.page_size;
+    if (q.num_tokens < 1 || q.first_token < 0 || q.first_token + q.num_tokens > T)
+      return Status::Invalid("step.seqs[" + std::to_string(s) + "]: tokens out of range");
+    if (end > opt_.max_context)
+      return Status::Invalid("step.seqs[" + std::to_string(s) + "]: context " + std::to_string(end) +
+                             " exceeds the planned max_context " + std::to_string(opt_.max_context));
+    if (int(q.block_table.size()) < pages)
+      return Status::Invalid("step.seqs[" + std::to_string(s) + "].block_table: covers fewer than " +
+                             std::to_string(pages) + " pages");
+    for (int pg = 0; pg < pages; ++pg) {
+      const int32_t id = q.block_table[pg];
+      if (id < 0 || id >= num_pages_)
+        return Status::Invalid("step.seqs[" + std::to_string(s) + "].block_table: page " + std::to_string(id) +
+                               " is not in 0.." + std::to_string(num_pages_ - 1));
+      h[off_bt + int64_t(s) * block_stride_ + pg] = id;
+    }
+    h[off_len + s] = end;
+    h[off_prefix + s] = q.start_pos;
+    h[off_qoff + s] = q.first_token;
+    for (int j = 0; j < q.num_tokens; ++j) {
+      const int i = q.first_token + j, pos = q.start_pos + j;
+      h[off_tokens + i] = step.tokens[i];
+      h[off_pos + i] = pos;
+      h[off_slot + i] = q.block_table[pos / opt_.page_size] * opt_.page_size + pos % opt_.page_size;
+    }
+    *max_q_len = std::max(*max_q_len, q.num_tokens);
+    *max_seq_len = std::max(*max_seq_len, end);
+  }
+  h[off_qoff + S] = T;
+  for (int r = 0; r < R; ++r) {
+    if (step.output_rows[r] < 0 || step.output_rows[r] >= T)
+      return Status::Invalid("step.output_rows[" + std::to_string(r) + "]: not a token index");
+    h[off_rows + r] = step.output_rows[r];
+  }
+  for (int i = 0; i < T; ++i)
+    if (step.tokens[i] < 0 || step.tokens[i] >= cfg_.vocab)
+      return Status::Invalid("step.tokens[" + std::to_string(i) + "]: " + std::to_string(step.tokens[i]) +
+                             " is not in 0.." + std::to_string(cfg_.vocab - 1));
+  (void)decode_only;
+  const size_t words = size_t(off_bt) + size_t(S) * block_stride_;
+  SOARTUNE_CUDA_TRY(cudaMemcpyAsync(d_inputs_, h_inputs_, words * 4, cudaMemcpyHostToDevice, stream_));
+  return Status::Ok();
+}
+
+Status CudaModel::forward(const Step& step, StepOutput& out) {
+  const int T = int(step.tokens.size()), S = int(step.seqs.size()), R = int(step.output_rows.size());
+  if (T < 1 || T > opt_.max_step_tokens)
+    return Status::Invalid("step.tokens: " + std::to_string(T) + " tokens; the plan allows 1.." +
+                           std::to_string(opt_.max_step_tokens));
+  if (S < 1 || S > opt_.max_sequences)
+    return Status::Invalid("step.seqs: " + std::to_string(S) + " sequences; the plan allows 1.." +
+                           std::to_string(opt_.max_sequences));
+  if (R > opt_.max_output_rows)
+    return Status::Invalid("step.output_rows: " + std::to_string(R) + " rows; the plan allows " +
+                           std::to_string(opt_.max_output_rows));
+  if (int(step.positions.size()) != T) return Status::Invalid("step.positions: must have one entry per token");
+  if (int(out.argmax.size()) < R) return Status::Invalid("out.argmax: fewer entries than output rows");
+  if (!out.logits.empty() && out.logits.size() < size_t(R) * cfg_.vocab)
+    return Status::Invalid("out.logits: fewer than rows * vocab entries");
+  const bool decode_only = S == T;
+  int max_q_len = 0, max_seq_len = 0;
+  SOARTUNE_STATUS_TRY(copy_inputs(step, decode_only, &max_q_len, &max_seq_len));
+  auto it = decode_only && R == T ? graphs_.find(T) : graphs_.end();
+  bool rows_identity = true;
+  for (int r = 0; r < R; ++r) rows_identity = rows_identity && step.output_rows[r] == r;
+  if (it != graphs_.end() && rows_identity) {
+    SOARTUNE_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
+  } else {
+    SOARTUNE_STATUS_TRY(run_layers(T, decode_only, S, max_q_len, decode_only ? opt_.max_context : max_seq_len, R));
+  }
+  if (R > 0) SOARTUNE_CUDA_TRY(cudaMemcpyAsync(h_argmax_, d_argmax_, size_t(R) * 4, cudaMemcpyDeviceToHost, stream_));
+  if (R > 0 && !out.logits.empty())
+    SOARTUNE_CUDA_TRY(cudaMemcpyAsync(out.logits.data(), logits_, size_t(R) * cfg_.vocab * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
+  std::copy(h_argmax_, h_argmax_ + R, out.argmax.begin());
+  return Status::Ok();
+}
+
+Status CudaModel::fill_kv_random(uint64_t seed) {
+  kn::PagedKvLayout lay{cfg_.kv_heads, cfg_.head_dim, opt_.page_size, opt_.kv_dtype};
+  const size_t bytes = lay.page_bytes() * (num_pages_ + 1);
+  for (size_t l = 0; l < k_cache_.size(); ++l) {
+    for (void* c : {k_cache_[l], v_cache_[l]}) {
+      ++seed;
+      if (kn::kv_dtype_bytes(opt_.kv_dtype) == 2) {
+        // bf16 bits of values in [-1, 1]; read as fp16 they are small finite numbers too.
+        SOARTUNE_CUDA_TRY(kn::fill_uniform_bf16(c, int64_t(bytes / 2), seed, 1.f, stream_));
+      } else {
+        SOARTUNE_CUDA_TRY(kn::fill_random_fp8(c, int64_t(bytes), seed, stream_));
+      }
+    }
+  }
+  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+std::size_t CudaModel::peak_memory_bytes() const {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) peak_used_ = std::max(peak_used_, total_b - free_b);
+  return peak_used_;
+}
+
+std::string CudaModel::describe_plan() const {
+  std::string s = "gemv_variant=" + opt_.gemv_variant + " graphs=" + std::to_string(graphs_.size()) +
+                  " kv_pages=" + std::to_string(num_pages_) + " page_size=" + std::to_string(opt_.page_size) +
+                  " kv=" + kn::kv_dtype_name(opt_.kv_dtype);
+  if (!layers_.empty()) {
+    kn::GemvArgs g;
+    g.w = layers_[0].gate_up;
+    g.x = xn_;
+    g.y = wide_;
+    g.batch = 1;
+    kn::GemvPlan p;
+    if (kn::gemv_plan(g, opt_.gemv_variant, &p).empty())
+      s += " gemv(b=1)=" + kn::gemv_variant_names()[p.variant];
+  }
+  return s;
+}
+
+}  // namespace soartune::engine::cuda

@@ -1,0 +1,275 @@
+#include "engine/model_loader.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/safetensors.h"
+#include "engine/system_memory.h"
+#include "kernels/numeric_formats.h"
+
+namespace soartune::engine {
+
+namespace {
+
+struct Preset {
+  const char* name;
+  ModelConfig c;
+};
+
+ModelConfig shape(int hidden, int inter, int layers, int heads, int kv, int hd, int vocab, float eps, float theta,
+                  int max_pos) {
+  ModelConfig c;
+  c.hidden = hidden;
+  c.intermediate = inter;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = kv;
+  c.head_dim = hd;
+  c.vocab = vocab;
+  c.rms_eps = eps;
+  c.rope_theta = theta;
+  c.max_position = max_pos;
+  return c;
+}
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> p = {
+      // A whole demo trial runs in seconds on two cores.
+      {"tiny", shape(256, 768, 4, 4, 2, 64, 2048, 1e-5f, 10000.f, 4096)},
+      // The shared test model's shape (tiny-llama-bpe4k).
+      {"small", shape(512, 1536, 6, 4, 2, 128, 4096, 1e-5f, 10000.f, 4096)},
+      {"llama3-8b", shape(4096, 14336, 32, 32, 8, 128, 128256, 1e-5f, 500000.f, 131072)},
+      // MiniCPM-SALA's dense dimensions as a plain Llama decoder (its sparse / linear attention aside).
+      {"minicpm-sala-9b", shape(4096, 16384, 32, 32, 2, 128, 73448, 1e-6f, 10000.f, 131072)},
+  };
+  return p;
+}
+
+// Counter-based generator: value i of tensor `stream` depends only on (seed, stream, i), so tensors
+// fill in parallel and identically on every machine.
+inline uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [-a, a] as bf16 bits.
+void fill_uniform_bf16(std::vector<uint16_t>* v, std::size_t n, float a, uint64_t seed, uint64_t stream) {
+  v->resize(n);
+  const uint64_t key = mix(seed * 0x100000001b3ull + stream);
+  const unsigned nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  const std::size_t chunk = (n + nt - 1) / nt;
+  for (unsigned t = 0; t < nt; ++t) {
+    const std::size_t b = t * chunk, e = std::min(n, b + chunk);
+    if (b >= e) break;
+    threads.emplace_back([=] {
+      uint16_t* out = v->data();
+      for (std::size_t i = b; i < e; ++i) {
+        const uint64_t r = mix(key ^ i);
+        const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+        out[i] = kernels::f32_to_bf16((2.f * u - 1.f) * a);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+QuantizedLinear random_linear(int out, int in, uint64_t seed, uint64_t stream) {
+  QuantizedLinear l;
+  l.out = out;
+  l.in = in;
+  l.bits = 16;
+  // Uniform with variance 1/in keeps activations of a random decoder O(1).
+  fill_uniform_bf16(&l.w16, static_cast<std::size_t>(out) * in, std::sqrt(3.f / in), seed, stream);
+  return l;
+}
+
+Status check_memory(const ModelConfig& c, const std::string& spec) {
+  const std::size_t need = weight_bytes_16(c);
+  const std::size_t avail = available_memory_bytes();
+  if (avail && need > avail * 9 / 10)
+    return Status::Exhausted("model: " + spec + " needs " + std::to_string(need >> 20) + " MiB of host memory for its 16-bit weights; " +
+                             std::to_string(avail >> 20) + " MiB available");
+  return Status::Ok();
+}
+
+Result<ModelWeights> synthetic_model(const std::string& preset, uint64_t seed) {
+  auto cfg = synthetic_config(preset);
+  if (!cfg.ok()) return cfg.status();
+  ModelWeights w;
+  w.config = cfg.value();
+  const ModelConfig& c = w.config;
+  if (Status s = check_memory(c, c.name); !s.ok()) return s;
+  uint64_t stream = 0;
+  w.embed.out = c.vocab;
+  w.embed.in = c.hidden;
+  // Embedding rows of unit RMS, so the first RMSNorm sees the same scale as later layers.
+  fill_uniform_bf16(&w.embed.w16, static_cast<std::size_t>(c.vocab) * c.hidden, std::sqrt(3.f), seed, stream++);
+  w.layers.resize(static_cast<std::size_t>(c.layers));
+  for (auto& l : w.layers) {
+    l.attn_norm.assign(static_cast<std::size_t>(c.hidden), 1.f);
+    l.mlp_norm.assign(static_cast<std::size_t>(c.hidden), 1.f);
+    l.wq = random_linear(c.q_dim(), c.hidden, seed, stream++);
+    l.wk = random_linear(c.kv_dim(), c.hidden, seed, stream++);
+    l.wv = random_linear(c.kv_dim(), c.hidden, seed, stream++);
+    l.wo = random_linear(c.hidden, c.q_dim(), seed, stream++);
+    l.w_gate = random_linear(c.intermediate, c.hidden, seed, stream++);
+    l.w_up = random_linear(c.intermediate, c.hidden, seed, stream++);
+    l.w_down = random_linear(c.hidden, c.intermediate, seed, stream++);
+  }
+  w.final_norm.assign(static_cast<std::size_t>(c.hidden), 1.f);
+  w.lm_head = random_linear(c.vocab, c.hidden, seed, stream++);
+  return w;
+}
+
+template <typename T>
+bool get_num(const nlohmann::json& j, const char* key, T* out) {
+  if (!j.contains(key) || j[key].is_null()) return false;
+  if (!j[key].is_number()) return false;
+  *out = j[key].get<T>();
+  return true;
+}
+
+Status hf_linear(const Checkpoint& ck, const std::string& name, int out, int in, bool bias, QuantizedLinear* l) {
+  l->out = out;
+  l->in = in;
+  l->bits = 16;
+  bool fp16 = false;
+  if (Status s = ck.read_16(name + ".weight", {out, in}, &l->w16, &fp16); !s.ok()) return s;
+  l->dtype16 = fp16 ? Dtype16::kFP16 : Dtype16::kBF16;
+  if (bias || ck.has(name + ".bias")) {
+    if (Status s = ck.read_f32(name + ".bias", {out}, &l->bias); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Result<ModelWeights> hf_model(const std::string& dir) {
+  auto cfg = read_hf_config(dir);
+  if (!cfg.ok()) return cfg.status();
+  ModelWeights w;
+  w.config = cfg.value();
+  ModelConfig& c = w.config;
+  if (Status s = check_memory(c, c.name); !s.ok()) return s;
+  auto ck_or = Checkpoint::open_dir(dir);
+  if (!ck_or.ok()) return ck_or.status();
+  const Checkpoint& ck = ck_or.value();
+  const int d = c.hidden;
+  if (Status s = hf_linear(ck, "model.embed_tokens", c.vocab, d, false, &w.embed); !s.ok()) return s;
+  w.layers.resize(static_cast<std::size_t>(c.layers));
+  for (int i = 0; i < c.layers; ++i) {
+    LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Status s = ck.read_f32(p + "input_layernorm.weight", {d}, &l.attn_norm);
+    if (s.ok()) s = ck.read_f32(p + "post_attention_layernorm.weight", {d}, &l.mlp_norm);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.q_proj", c.q_dim(), d, c.attention_bias, &l.wq);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.k_proj", c.kv_dim(), d, c.attention_bias, &l.wk);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.v_proj", c.kv_dim(), d, c.attention_bias, &l.wv);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.o_proj", d, c.q_dim(), false, &l.wo);
+    if (s.ok()) s = hf_linear(ck, p + "mlp.gate_proj", c.intermediate, d, false, &l.w_gate);
+    if (s.ok()) s = hf_linear(ck, p + "mlp.up_proj", c.intermediate, d, false, &l.w_up);
+    if (s.ok()) s = hf_linear(ck, p + "mlp.down_proj", d, c.intermediate, false, &l.w_down);
+    if (!s.ok()) return s;
+  }
+  if (Status s = ck.read_f32("model.norm.weight", {d}, &w.final_norm); !s.ok()) return s;
+  if (!c.tie_embeddings && ck.has("lm_head.weight")) {
+    if (Status s = hf_linear(ck, "lm_head", c.vocab, d, false, &w.lm_head); !s.ok()) return s;
+  } else {
+    c.tie_embeddings = true;   // no lm_head tensor: HF ties it to the embeddings
+    w.lm_head = w.embed;
+  }
+  return w;
+}
+
+}  // namespace
+
+std::size_t weight_bytes_16(const ModelConfig& c) {
+  return static_cast<std::size_t>(c.parameter_count()) * 2;
+}
+
+std::vector<std::string> synthetic_presets() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.push_back(p.name);
+  return names;
+}
+
+Result<ModelConfig> synthetic_config(const std::string& preset) {
+  for (const auto& p : presets()) {
+    if (preset == p.name) {
+      ModelConfig c = p.c;
+      c.name = "synthetic:" + preset;
+      return c;
+    }
+  }
+  std::string allowed;
+  for (const auto& n : synthetic_presets()) allowed += (allowed.empty() ? "" : ", ") + n;
+  return Status::Invalid("model: synthetic preset '" + preset + "' is not one of " + allowed);
+}
+
+Result<ModelConfig> read_hf_config(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("model: " + path + " not found");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return Status::Invalid("model: " + path + " is not JSON: " + e.what());
+  }
+  ModelConfig c;
+  c.name = "hf:" + dir;
+  auto need = [&](const char* key, int* out) -> Status {
+    if (!get_num(j, key, out) || *out <= 0) return Status::Invalid("config.json " + std::string(key) + ": missing or not a positive integer");
+    return Status::Ok();
+  };
+  for (auto [key, out] : {std::pair{"hidden_size", &c.hidden}, {"intermediate_size", &c.intermediate},
+                          {"num_hidden_layers", &c.layers}, {"num_attention_heads", &c.heads}, {"vocab_size", &c.vocab}}) {
+    if (Status s = need(key, out); !s.ok()) return s;
+  }
+  c.kv_heads = c.heads;
+  get_num(j, "num_key_value_heads", &c.kv_heads);
+  c.head_dim = c.hidden / c.heads;
+  get_num(j, "head_dim", &c.head_dim);
+  if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
+    return Status::Invalid("config.json num_key_value_heads: " + std::to_string(c.kv_heads) + " does not divide num_attention_heads " + std::to_string(c.heads));
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0) return Status::Invalid("config.json head_dim: must be a positive even integer");
+  double eps = 1e-6;
+  get_num(j, "rms_norm_eps", &eps);
+  c.rms_eps = static_cast<float>(eps);
+  double theta = 10000.0;
+  const nlohmann::json* rope = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rope = &j["rope_parameters"];
+  else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rope = &j["rope_scaling"];
+  if (!get_num(j, "rope_theta", &theta) && rope) get_num(*rope, "rope_theta", &theta);
+  if (rope) {
+    const std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
+    if (type != "default")
+      return Status::Invalid("config.json rope_parameters.rope_type: " + type + " is not supported; allowed: default");
+  }
+  c.rope_theta = static_cast<float>(theta);
+  c.tie_embeddings = j.value("tie_word_embeddings", false);
+  const std::string type = j.value("model_type", std::string("llama"));
+  c.attention_bias = j.value("attention_bias", type == "qwen2");
+  get_num(j, "max_position_embeddings", &c.max_position);
+  get_num(j, "bos_token_id", &c.bos_token);
+  if (j.contains("eos_token_id")) {
+    if (j["eos_token_id"].is_number()) c.eos_token = j["eos_token_id"].get<int>();
+    else if (j["eos_token_id"].is_array() && !j["eos_token_id"].empty()) c.eos_token = j["eos_token_id"][0].get<int>();
+  }
+  if (j.value("hidden_act", std::string("silu")) != "silu")
+    return Status::Invalid("config.json hidden_act: " + j["hidden_act"].get<std::string>() + " is not supported; allowed: silu");
+  return c;
+}
+
+Result<ModelWeights> load_model(const std::string& spec, uint64_t seed) {
+  if (spec.rfind("hf:", 0) == 0) return hf_model(spec.substr(3));
+  if (spec.rfind("synthetic:", 0) == 0) return synthetic_model(spec.substr(10), seed);
+  return Status::Invalid("model: '" + spec + "' is not one of hf:<dir>, synthetic:<preset>");
+}
+
+}  // namespace soartune::engine

@@ -1,0 +1,66 @@
+#include "engine/quantize.h"
+
+#include <thread>
+
+#include "engine/thread_pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace soartune::engine {
+
+Status quantize_linear(QuantizedLinear& l, int bits, int group_size) {
+  if (bits == 16) return Status::Ok();
+  if (bits != 8 && bits != 4) return Status::Invalid("launch.weight_bits: " + std::to_string(bits) + " is not one of 16, 8, 4");
+  if (l.bits != 16) return Status::Precondition("quantize: linear is already quantised");
+  if (group_size != 0 && (group_size < 0 || l.in % group_size != 0))
+    return Status::Invalid("launch.weight_group_size: " + std::to_string(group_size) + " does not divide the input width " +
+                           std::to_string(l.in) + "; allowed: 0 or a divisor among 32, 64, 128, 256");
+  const int qmax = (1 << (bits - 1)) - 1;
+  const int gsize = group_size == 0 ? l.in : group_size;
+  const int gpr = l.in / gsize;
+  l.q.resize(static_cast<std::size_t>(l.out) * l.in);
+  l.scales.resize(static_cast<std::size_t>(l.out) * gpr);
+  static ThreadPool pool(static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency()))));
+  pool.parallel_for(l.out, [&](int o0, int o1, int) {
+  std::vector<float> row(static_cast<std::size_t>(l.in));
+  for (int o = o0; o < o1; ++o) {
+    dequantize_rows(l, o, 1, row.data());
+    for (int g = 0; g < gpr; ++g) {
+      const float* w = row.data() + static_cast<std::size_t>(g) * gsize;
+      float amax = 0.f;
+      for (int i = 0; i < gsize; ++i) amax = std::max(amax, std::fabs(w[i]));
+      const float scale = amax > 0.f ? amax / static_cast<float>(qmax) : 1.f;
+      l.scales[static_cast<std::size_t>(o) * gpr + g] = scale;
+      int8_t* q = l.q.data() + static_cast<std::size_t>(o) * l.in + static_cast<std::size_t>(g) * gsize;
+      for (int i = 0; i < gsize; ++i) {
+        const float v = std::nearbyint(w[i] / scale);
+        q[i] = static_cast<int8_t>(std::clamp(v, static_cast<float>(-qmax), static_cast<float>(qmax)));
+      }
+    }
+  }
+  });
+  l.bits = bits;
+  l.group_size = group_size;
+  l.w16.clear();
+  l.w16.shrink_to_fit();
+  return Status::Ok();
+}
+
+Status quantize_model(ModelWeights& w, const LaunchConfig& launch) {
+  const int n = static_cast<int>(w.layers.size());
+  for (int i = 0; i < n; ++i) {
+    LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
+    const int ab = launch.weight_bits_for(i, n, ProjKind::kAttn);
+    const int mb = launch.weight_bits_for(i, n, ProjKind::kMlp);
+    for (QuantizedLinear* p : {&l.wq, &l.wk, &l.wv, &l.wo})
+      if (Status s = quantize_linear(*p, ab, launch.weight_group_size); !s.ok()) return s;
+    for (QuantizedLinear* p : {&l.w_gate, &l.w_up, &l.w_down})
+      if (Status s = quantize_linear(*p, mb, launch.weight_group_size); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace soartune::engine

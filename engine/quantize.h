@@ -1,0 +1,21 @@
+// Weight quantisation as a transform of ModelWeights (gpt-fast style: the model code never sees bit widths).
+// Symmetric round-to-nearest: per group of `group_size` input elements of an output row (0: the whole row),
+// scale = max|w| / qmax with qmax = 2^(bits-1) - 1, q = clamp(round(w / scale), -qmax, qmax).
+// Bits per projection follow LaunchConfig::weight_bits_for (overrides, edge layers, attention bits);
+// embeddings and lm_head stay 16-bit.
+#pragma once
+
+#include "engine/launch_config.h"
+#include "engine/status.h"
+#include "engine/weights.h"
+
+namespace soartune::engine {
+
+// Rewrites every decoder linear of `w` whose chosen bits are below 16. Fails (naming
+// launch.weight_group_size) when a group size does not divide a projection's input width.
+Status quantize_model(ModelWeights& w, const LaunchConfig& launch);
+
+// One linear from 16-bit to `bits` (8 or 4) with `group_size`; 16 leaves it as is.
+Status quantize_linear(QuantizedLinear& l, int bits, int group_size);
+
+}  // namespace soartune::engine
