@@ -1,6 +1,7 @@
 #include "kernels/attention_prefill.cuh"
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/attention_common.cuh"
 
@@ -189,8 +190,276 @@ __global__ void __launch_bounds__(threads_for(BM)) prefill_attention_kernel(Pref
   }
 }
 
+// ---- Tensor-core variant (mma.sync m16n8k16, fp32 accumulators), head_dim 64 and 128 ----
+// Each warp owns 16 query rows; KV tiles of kMmaBlockN tokens. bf16 caches run bf16 MMAs; fp16 and fp8 caches
+// run fp16 MMAs (fp8 widens to fp16 exactly; k_scale is folded into q and v_scale into the output).
+// Operands sit in shared memory rows padded by 16 bytes, so the 8 row addresses of each ldmatrix hit
+// different banks. S = Q K^T stays in registers and becomes P's A fragments directly.
+constexpr int kMmaBlockN = 64;
+
+__host__ __device__ constexpr int mma_threads_for(int block_m) { return block_m * 2; }  // one warp per 16 rows
+constexpr size_t mma_smem_for(int block_m, int d) { return size_t(block_m + 2 * kMmaBlockN) * (d + 8) * 2; }
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem_row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Stores one 16-byte cache vector into shared memory as MMA elements (16-bit: as is; fp8: widened to fp16).
+template <KvCacheDtype KV>
+__device__ __forceinline__ void store_kv_smem(uint16_t* dst, const uint4& raw) {
+  if constexpr (kKvBytes<KV> == 2) {
+    *reinterpret_cast<uint4*>(dst) = raw;
+  } else {
+    constexpr __nv_fp8_interpretation_t kind = KV == KvCacheDtype::kFp8E4M3 ? __NV_E4M3 : __NV_E5M2;
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t h[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffffu), kind);
+      const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), kind);
+      h[2 * i] = uint32_t(lo.x) | (uint32_t(lo.y) << 16);
+      h[2 * i + 1] = uint32_t(hi.x) | (uint32_t(hi.y) << 16);
+    }
+    reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
+  }
+}
+
+template <KvCacheDtype KV, int D, int BM>
+__global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_kernel(PrefillParams p) {
+  using T = std::conditional_t<KV == KvCacheDtype::kBf16, __nv_bfloat16, __half>;
+  constexpr int kThreads = mma_threads_for(BM);
+  constexpr int kBN = kMmaBlockN;
+  constexpr int kStride = D + 8;             // elements per shared-memory row
+  constexpr int kVec = kKvVec<KV>;           // cache elements per 16-byte load
+  constexpr int kChunksPerRow = D / kVec;
+  constexpr int kElemBytes = kKvBytes<KV>;
+  constexpr int kKSteps = D / 16;            // k-steps of S = Q K^T
+  constexpr int kSBlocks = kBN / 8;          // n-blocks of S
+  constexpr int kOBlocks = D / 8;            // n-blocks of O
+  constexpr bool kFp8 = kKvBytes<KV> == 1;
+
+  extern __shared__ __align__(16) uint16_t smem16[];
+  uint16_t* q_s = smem16;                    // [BM][kStride]
+  uint16_t* k_s = q_s + BM * kStride;        // [kBN][kStride]
+  uint16_t* v_s = k_s + kBN * kStride;       // [kBN][kStride]
+
+  const PrefillAttentionArgs& a = p.a;
+  const int b = blockIdx.z;
+  const int h = blockIdx.y;
+  const int kv_head = h / (a.n_heads / a.n_kv_heads);
+  const int qb = gridDim.x - 1 - blockIdx.x;
+  const int q_begin = a.q_offsets[b];
+  const int q_len = a.q_offsets[b + 1] - q_begin;
+  const int row0 = qb * BM;
+  if (row0 >= q_len) return;
+  const int prefix = a.prefix_lens[b];
+  const int rows = min(BM, q_len - row0);
+  const int kv_end = prefix + row0 + rows;
+  const int64_t q_stride = a.q_stride ? a.q_stride : int64_t(a.n_heads) * D;
+  const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
+  const int32_t* bt = a.block_table + int64_t(b) * a.block_table_stride;
+  const char* kc = static_cast<const char*>(a.k_cache);
+  const char* vc = static_cast<const char*>(a.v_cache);
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;   // fragment row (and row + 8)
+  const int t4 = lane % 4;  // fragment column pair
+
+  const float q_scale = p.q_scale * (kFp8 ? a.k_scale : 1.f);
+  for (int i = tid; i < BM * D / 2; i += kThreads) {
+    const int r = (2 * i) / D, d = (2 * i) % D;
+    float x0 = 0.f, x1 = 0.f;
+    if (r < rows) {
+      const int64_t base = (q_begin + row0 + r) * q_stride + int64_t(h) * D + d;
+      x0 = load_act(a.q, a.act_dtype, base) * q_scale;
+      x1 = load_act(a.q, a.act_dtype, base + 1) * q_scale;
+    }
+    *reinterpret_cast<uint32_t*>(&q_s[r * kStride + d]) = pack2<T>(x0, x1);
+  }
+  __syncthreads();
+  uint32_t qf[kKSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk)
+    ldmatrix_x4(qf[kk], &q_s[(warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8]);
+
+  // Query positions of this thread's two rows; rows past the chunk copy the last one.
+  const int pos_lo = prefix + row0 + min(warp * 16 + g, rows - 1);
+  const int pos_hi = prefix + row0 + min(warp * 16 + g + 8, rows - 1);
+  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+  float o[kOBlocks][4];
+#pragma unroll
+  for (int nd = 0; nd < kOBlocks; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
+
+  for (int t0 = 0; t0 < kv_end; t0 += kBN) {
+    __syncthreads();  // every warp is done with the previous tile
+    for (int c = tid; c < kBN * kChunksPerRow; c += kThreads) {
+      const int tok = c / kChunksPerRow, part = c % kChunksPerRow;
+      const int t = t0 + tok;
+      uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+      if (t < kv_end) {
+        const int page = __ldg(bt + t / a.page_size);
+        const int64_t off =
+            ((int64_t(page) * a.n_kv_heads + kv_head) * a.page_size + t % a.page_size) * D + part * kVec;
+        kr = load16(kc + off * kElemBytes);
+        vr = load16(vc + off * kElemBytes);
+      }
+      store_kv_smem<KV>(&k_s[tok * kStride + part * kVec], kr);
+      store_kv_smem<KV>(&v_s[tok * kStride + part * kVec], vr);
+    }
+    __syncthreads();
+    // Warps whose rows all lie before this tile skip it (their keys here are all masked).
+    if (t0 > prefix + row0 + min(warp * 16 + 15, rows - 1)) continue;
+
+    float s[kSBlocks][4];
+#pragma unroll
+    for (int j = 0; j < kSBlocks; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+      for (int j = 0; j < kSBlocks; j += 2) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, &k_s[(j * 8 + (lane / 16) * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8]);
+        mma16816<T>(s[j], qf[kk], kb[0], kb[1]);
+        mma16816<T>(s[j + 1], qf[kk], kb[2], kb[3]);
+      }
+    }
+
+    float mt_lo = -INFINITY, mt_hi = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kSBlocks; ++j) {
+      const int key = t0 + j * 8 + 2 * t4;
+      if (key > pos_lo) s[j][0] = -INFINITY;
+      if (key + 1 > pos_lo) s[j][1] = -INFINITY;
+      if (key > pos_hi) s[j][2] = -INFINITY;
+      if (key + 1 > pos_hi) s[j][3] = -INFINITY;
+      mt_lo = fmaxf(mt_lo, fmaxf(s[j][0], s[j][1]));
+      mt_hi = fmaxf(mt_hi, fmaxf(s[j][2], s[j][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off *= 2) {
+      mt_lo = fmaxf(mt_lo, __shfl_xor_sync(0xffffffffu, mt_lo, off));
+      mt_hi = fmaxf(mt_hi, __shfl_xor_sync(0xffffffffu, mt_hi, off));
+    }
+    // A row can be fully masked in a tile only after its first tile, so m_old is then finite.
+    const float mn_lo = fmaxf(m_lo, mt_lo), mn_hi = fmaxf(m_hi, mt_hi);
+    const float al_lo = exp2f(m_lo - mn_lo), al_hi = exp2f(m_hi - mn_hi);
+    m_lo = mn_lo;
+    m_hi = mn_hi;
+    float sum_lo = 0.f, sum_hi = 0.f;
+#pragma unroll
+    for (int j = 0; j < kSBlocks; ++j) {
+      s[j][0] = exp2f(s[j][0] - mn_lo);
+      s[j][1] = exp2f(s[j][1] - mn_lo);
+      s[j][2] = exp2f(s[j][2] - mn_hi);
+      s[j][3] = exp2f(s[j][3] - mn_hi);
+      sum_lo += s[j][0] + s[j][1];
+      sum_hi += s[j][2] + s[j][3];
+    }
+    l_lo = l_lo * al_lo + sum_lo;   // per-thread partial; the quad's partials are summed at the end
+    l_hi = l_hi * al_hi + sum_hi;
+#pragma unroll
+    for (int nd = 0; nd < kOBlocks; ++nd) {
+      o[nd][0] *= al_lo;
+      o[nd][1] *= al_lo;
+      o[nd][2] *= al_hi;
+      o[nd][3] *= al_hi;
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int nd = 0; nd < kOBlocks; nd += 2) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, &v_s[(kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kStride + nd * 8 + (lane / 16) * 8]);
+        mma16816<T>(o[nd], pa, vb[0], vb[1]);
+        mma16816<T>(o[nd + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int off = 1; off < 4; off *= 2) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+  const float v_scale = kFp8 ? a.v_scale : 1.f;
+  const int r_lo = warp * 16 + g, r_hi = r_lo + 8;
+  const float inv_lo = v_scale / l_lo, inv_hi = v_scale / l_hi;
+#pragma unroll
+  for (int nd = 0; nd < kOBlocks; ++nd) {
+    const int d = nd * 8 + 2 * t4;
+    if (r_lo < rows) {
+      const int64_t base = (q_begin + row0 + r_lo) * out_stride + int64_t(h) * D + d;
+      store_act(a.out, a.act_dtype, base, o[nd][0] * inv_lo);
+      store_act(a.out, a.act_dtype, base + 1, o[nd][1] * inv_lo);
+    }
+    if (r_hi < rows) {
+      const int64_t base = (q_begin + row0 + r_hi) * out_stride + int64_t(h) * D + d;
+      store_act(a.out, a.act_dtype, base, o[nd][2] * inv_hi);
+      store_act(a.out, a.act_dtype, base + 1, o[nd][3] * inv_hi);
+    }
+  }
+}
+
+template <KvCacheDtype KV, int D, int BM>
+cudaError_t launch_mma(const PrefillParams& p, const PrefillAttentionPlan& plan, cudaStream_t stream) {
+  auto* kernel = prefill_attention_mma_kernel<KV, D, BM>;
+  static const cudaError_t attr_err = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mma_smem_for(BM, D)));
+  if (attr_err != cudaSuccess) return attr_err;
+  kernel<<<dim3(plan.grid_x, plan.grid_y, plan.grid_z), mma_threads_for(BM), mma_smem_for(BM, D), stream>>>(p);
+  return cudaGetLastError();
+}
+
 template <KvCacheDtype KV, int D, int BM>
 cudaError_t launch_bm(const PrefillParams& p, const PrefillAttentionPlan& plan, cudaStream_t stream) {
+  if constexpr (D <= 128) {
+    if (plan.tensor_cores) return launch_mma<KV, D, BM>(p, plan, stream);
+  }
   auto* kernel = prefill_attention_kernel<KV, D, BM>;
   static const cudaError_t attr_err = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_for(BM, D)));
@@ -241,18 +510,20 @@ std::string prefill_attention_can_implement(const PrefillAttentionArgs& a) {
   return "";
 }
 
-std::string prefill_attention_plan(const PrefillAttentionArgs& a, int block_m, PrefillAttentionPlan* plan) {
+std::string prefill_attention_plan(const PrefillAttentionArgs& a, int block_m, PrefillAttentionPlan* plan,
+                                   bool allow_tensor_cores) {
   std::string err = prefill_attention_can_implement(a);
   if (!err.empty()) return err;
   if (block_m != 32 && block_m != 64 && block_m != 128) return "prefill_attn_block: allowed 32, 64, 128";
   PrefillAttentionPlan p;
   p.block_m = block_m;
-  p.block_n = kBlockN;
-  p.threads = threads_for(block_m);
+  p.tensor_cores = allow_tensor_cores && a.head_dim <= 128;
+  p.block_n = p.tensor_cores ? kMmaBlockN : kBlockN;
+  p.threads = p.tensor_cores ? mma_threads_for(block_m) : threads_for(block_m);
   p.grid_x = (a.max_q_len + block_m - 1) / block_m;
   p.grid_y = a.n_heads;
   p.grid_z = a.batch;
-  p.smem_bytes = smem_for(block_m, a.head_dim);
+  p.smem_bytes = p.tensor_cores ? mma_smem_for(block_m, a.head_dim) : smem_for(block_m, a.head_dim);
   *plan = p;
   return "";
 }

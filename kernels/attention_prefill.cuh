@@ -8,8 +8,12 @@
 // Query j of sequence b sits at position prefix_lens[b] + j and attends to KV tokens 0 .. prefix_lens[b] + j
 // of that sequence (prefix_lens[b] = tokens cached before this chunk, 0 for a fresh prompt).
 //
-// Work: one CTA per (block of prefill_attn_block query rows, query head, sequence); KV tiles of 32 tokens
-// through shared memory, online softmax in fp32, the causal bound cutting the KV loop short. SIMT fp32.
+// Work: one CTA per (block of prefill_attn_block query rows, query head, sequence), KV tiles through shared
+// memory, online softmax in fp32, the causal bound cutting the KV loop short. Two variants:
+//   tensor cores (head_dim 64, 128): mma.sync m16n8k16 with fp32 accumulators, one warp per 16 query rows,
+//     KV tiles of 64 tokens; bf16 caches multiply in bf16, fp16 and fp8 caches in fp16 (fp8 widens exactly);
+//     q and P are rounded to that type.
+//   SIMT (any head_dim, or when tensor cores are not allowed): fp32 FMAs, KV tiles of 32 tokens.
 // Bytes per call: q + out + per CTA the KV it covers (mostly from L2: the n_heads / n_kv_heads heads of a
 //   group and the query blocks of a sequence share it).
 // FLOPs per call: about 2 * 2 * n_heads * head_dim * sum_b q_len_b * (prefix_lens[b] + (q_len_b + 1) / 2).
@@ -51,7 +55,8 @@ struct PrefillAttentionArgs {
 
 struct PrefillAttentionPlan {
   int block_m = 64;          // query rows per CTA (prefill_attn_block knob: 32, 64, 128)
-  int block_n = 32;          // KV tokens per tile
+  bool tensor_cores = true;  // mma.sync variant (head_dim <= 128) or SIMT fp32
+  int block_n = 64;          // KV tokens per tile (64 tensor cores, 32 SIMT)
   int threads = 0;
   int grid_x = 0;            // ceil(max_q_len / block_m)
   int grid_y = 0;            // n_heads
@@ -62,8 +67,10 @@ struct PrefillAttentionPlan {
 // "" when implementable, else a message naming the field and the allowed values.
 std::string prefill_attention_can_implement(const PrefillAttentionArgs& args);
 
-// block_m: the prefill_attn_block knob (32, 64 or 128). Returns "" or an error message.
-std::string prefill_attention_plan(const PrefillAttentionArgs& args, int block_m, PrefillAttentionPlan* plan);
+// block_m: the prefill_attn_block knob (32, 64 or 128). allow_tensor_cores = false forces the SIMT variant.
+// Returns "" or an error message.
+std::string prefill_attention_plan(const PrefillAttentionArgs& args, int block_m, PrefillAttentionPlan* plan,
+                                   bool allow_tensor_cores = true);
 
 // Launches only. Returns the launch error, if any.
 cudaError_t prefill_attention_run(const PrefillAttentionArgs& args, const PrefillAttentionPlan& plan,

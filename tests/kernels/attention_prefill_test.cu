@@ -1,10 +1,12 @@
-// Every prefill attention variant (KV dtype x head_dim x GQA group x page size x query block) against the
+// Every prefill attention variant (KV dtype x head_dim x GQA group x page size x query block x tensor cores
+// or SIMT) against the
 // CPU twin on fresh random inputs: a batch of chunks, some fresh prompts, some continuing a cached prefix,
 // lengths that are not multiples of the page size or the block; outputs poisoned before each run.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -109,27 +111,33 @@ double check_case(const Case& c, const std::vector<int>& blocks, uint64_t seed) 
 
   double worst = 0;
   for (int bm : blocks) {
-    PrefillAttentionPlan plan;
-    const std::string err = prefill_attention_plan(a, bm, &plan);
-    if (!err.empty()) throw std::runtime_error("plan: " + err);
-    std::vector<uint8_t> first;
-    for (int rep = 0; rep < 2; ++rep) {
-      CUDA_CHECK(cudaMemset(dout.p, 0xff, out_bytes));  // NaN in every act dtype
-      CUDA_CHECK(prefill_attention_run(a, plan, nullptr));
-      CUDA_CHECK(cudaDeviceSynchronize());
-      std::vector<uint8_t> raw(out_bytes);
-      CUDA_CHECK(cudaMemcpy(raw.data(), dout.p, out_bytes, cudaMemcpyDeviceToHost));
-      if (rep == 0) {
-        first = raw;
-        std::vector<float> out(ref.size());
-        for (size_t i = 0; i < out.size(); ++i) out[i] = test::act_value(raw.data(), c.act, int64_t(i));
-        const double e = test::normalised_error(out, ref);
-        EXPECT_LE(e, test::error_bound(c.act))
-            << kv_dtype_name(c.kv) << " head_dim " << d_n << " group " << c.group << " page " << c.page_size
-            << " block_m " << bm << " act " << int(c.act) << " seed " << seed;
-        worst = std::max(worst, std::isnan(e) ? 1e30 : e);
-      } else {
-        EXPECT_EQ(first, raw) << "two runs on the same inputs differ (race?) block_m " << bm << " seed " << seed;
+    for (bool tensor_cores : {true, false}) {
+      PrefillAttentionPlan plan;
+      const std::string err = prefill_attention_plan(a, bm, &plan, tensor_cores);
+      if (!err.empty()) throw std::runtime_error("plan: " + err);
+      if (tensor_cores && !plan.tensor_cores) continue;  // head_dim 256: SIMT only
+      // Tensor cores round q and P to the MMA type: bf16 operands land between 1e-3 and 1e-2, fp16 lower.
+      double bound = test::error_bound(c.act);
+      if (plan.tensor_cores) bound = std::max(bound, c.kv == KvCacheDtype::kBf16 ? 1e-2 : 2e-3);
+      std::vector<uint8_t> first;
+      for (int rep = 0; rep < 2; ++rep) {
+        CUDA_CHECK(cudaMemset(dout.p, 0xff, out_bytes));  // NaN in every act dtype
+        CUDA_CHECK(prefill_attention_run(a, plan, nullptr));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<uint8_t> raw(out_bytes);
+        CUDA_CHECK(cudaMemcpy(raw.data(), dout.p, out_bytes, cudaMemcpyDeviceToHost));
+        if (rep == 0) {
+          first = raw;
+          std::vector<float> out(ref.size());
+          for (size_t i = 0; i < out.size(); ++i) out[i] = test::act_value(raw.data(), c.act, int64_t(i));
+          const double e = test::normalised_error(out, ref);
+          EXPECT_LE(e, bound) << kv_dtype_name(c.kv) << " head_dim " << d_n << " group " << c.group << " page "
+                              << c.page_size << " block_m " << bm << " tensor_cores " << plan.tensor_cores
+                              << " act " << int(c.act) << " seed " << seed;
+          worst = std::max(worst, std::isnan(e) ? 1e30 : e);
+        } else {
+          EXPECT_EQ(first, raw) << "two runs on the same inputs differ (race?) block_m " << bm << " seed " << seed;
+        }
       }
     }
   }
