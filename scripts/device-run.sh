@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Everything the CUDA area checks and measures on a lent GPU, in one call.
+#
+#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model]
+#       (on the build machine) copies the executables of BUILD_DIR (default build-cuda) and their non-system
+#       shared libraries into .device/ (ignored by git), stripped; --with-model also copies the shared tiny
+#       model there for the whole-model test.
+#   scripts/device-run.sh run [STEPS...]
+#       (on the GPU machine, from the repository root) runs STEPS (default: all of
+#       tests sanitizer model bench peer e2e) and writes logs under $OUT; prints a summary table last.
+set -uo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+bundle="$here/.device"
+mode="${1:-run}"
+shift || true
+
+if [[ "$mode" == "bundle" ]]; then
+  build="$here/build-cuda"
+  with_model=0
+  for a in "$@"; do
+    case "$a" in
+      --with-model) with_model=1 ;;
+      *) build="$a" ;;
+    esac
+  done
+  rm -rf "$bundle"
+  mkdir -p "$bundle/bin" "$bundle/lib"
+  grep -qx '/.device/' "$here/.git/info/exclude" 2>/dev/null || echo '/.device/' >>"$here/.git/info/exclude"
+  for exe in soartune_kernel_gpu_tests soartune_kernel_unit_tests soartune_cuda_model_tests soartune-bench \
+             attention_timing soartune-worker soartuned soartune; do
+    src="$build/bin/$exe"
+    # The daemon and the CLI never touch CUDA: any build of them will do (the newest).
+    [[ -x "$src" || "$exe" == soartune-worker ]] || src="$(ls -t "$here"/build-*/bin/"$exe" 2>/dev/null | head -1)"
+    [[ -n "$src" && -x "$src" ]] || continue
+    [[ "$exe" == soartune || "$exe" == soartuned || -x "$build/bin/$exe" ]] || continue
+    echo "bundle: $exe from $src"
+    cp "$src" "$bundle/bin/"
+    strip "$bundle/bin/$exe" 2>/dev/null || true
+    # Non-system libraries: everything but glibc, the C++ runtime, the driver and cuBLAS (taken from the
+    # GPU machine's CUDA, which matches the driver there).
+    ldd "$src" | awk '/=> \// {print $3}' | while read -r lib; do
+      base="$(basename "$lib")"
+      case "$base" in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcuda.so*|libcublas*.so*) continue ;;
+      esac
+      [[ -e "$bundle/lib/$base" ]] || { cp -L "$lib" "$bundle/lib/"; strip --strip-unneeded "$bundle/lib/$base" 2>/dev/null || true; }
+    done
+  done
+  if [[ $with_model -eq 1 ]]; then
+    mkdir -p "$bundle/shared/models"
+    cp -r "$here/../shared/models/tiny-llama-bpe4k" "$bundle/shared/models/"
+  fi
+  cp "$here/scripts/torch_peer.py" "$bundle/" 2>/dev/null || true
+  du -sh "$bundle" "$bundle"/* | sed 's/^/bundle: /'
+  exit 0
+fi
+
+# ---- run (on the GPU machine) ----
+OUT="${OUT:-/tmp/soartune-device-out}"
+mkdir -p "$OUT"
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitizer model bench peer e2e)
+want() { local s; for s in "${steps[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
+
+cublas_dir="$(dirname "$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
+export LD_LIBRARY_PATH="$bundle/lib:${cublas_dir}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+bin="$bundle/bin"
+summary="$OUT/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+{
+  date -u
+  git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo "commit unknown"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu --format=csv
+  echo "cublas from: $cublas_dir"
+  ldd "$bin/soartune-bench" 2>&1 | grep -E 'not found|cublas|cudart' || true
+} >"$OUT/device.txt" 2>&1
+note "device: $(sed -n 4p "$OUT/device.txt")"
+
+if want tests; then
+  timeout 240 "$bin/soartune_kernel_gpu_tests" --gtest_color=no >"$OUT/kernel_tests.log" 2>&1
+  rc=$?
+  note "kernel tests (gpu): rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/kernel_tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure|error' "$OUT/kernel_tests.log" | head -20 | tee -a "$summary"
+fi
+
+if want model; then
+  if [[ -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
+    SOARTUNE_SHARED_DIR="$bundle/shared" timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+      >>"$OUT/kernel_tests.log" 2>&1
+    rc=$?
+    note "model tests (gpu, tiny-llama-bpe4k): rc=$rc"
+    grep -E 'agreement|greedy|continuations|^\[  (PASSED|FAILED)|Failure' "$OUT/kernel_tests.log" | tail -14 | tee -a "$summary"
+  else
+    note "model tests: skipped (bundle made without --with-model)"
+  fi
+fi
+
+if want sanitizer; then
+  if command -v compute-sanitizer >/dev/null; then
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
+      --gtest_color=no >"$OUT/sanitizer.log" 2>&1
+    rc=$?
+    note "compute-sanitizer memcheck on kernel tests: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  else
+    note "compute-sanitizer: not found"
+  fi
+fi
+
+if want bench; then
+  timeout 420 "$bin/soartune-bench" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
+  note "soartune-bench: rc=$?"
+fi
+
+if want peer; then
+  PYTHONUNBUFFERED=1 timeout 180 python3 "$here/scripts/torch_peer.py" --json "$OUT/results.jsonl" >>"$OUT/bench.txt" 2>&1
+  note "torch peer: rc=$?"
+fi
+
+if want e2e; then
+  {
+    if [[ -x "$bin/soartune-worker" ]]; then
+      cat >"$OUT/trial.yaml" <<'YAML'
+model: synthetic:tiny
+backend: cuda
+seed: 1
+launch: {weight_bits: 4, weight_group_size: 64, kv_cache_dtype: fp8_e4m3}
+workload:
+  name: e2e-cuda
+  requests:
+    - {name: short-long, input_len: 16, output_len: 64, count: 4}
+    - {name: long-short, input_len: 256, output_len: 8, count: 4}
+tiers: [1, 8, 0]
+accuracy: {set: synthetic, samples: 8, prompt_len: 32, continuation_len: 16}
+YAML
+      echo "== soartune-worker --trial (backend cuda)"
+      timeout 120 "$bin/soartune-worker" --trial "$OUT/trial.yaml"
+      echo "worker rc=$?"
+    else
+      echo "soartune-worker not in the bundle"
+    fi
+    if [[ -x "$bin/soartuned" && -x "$bin/soartune" ]]; then
+      echo "== soartuned + soartune submit (backend cuda)"
+      work="$(mktemp -d)"
+      port=50000 ; port=$((port + RANDOM % 1000))
+      cat >"$work/daemon.yaml" <<YAML
+listen: 127.0.0.1:$port
+database: $work/soartune.db
+worker: $bin/soartune-worker
+parallel_trials: 1
+devices: [cuda:0]
+work_dir: $work/trials
+log_level: info
+YAML
+      "$bin/soartuned" --config "$work/daemon.yaml" >"$work/daemon.log" 2>&1 &
+      dpid=$!
+      sleep 2
+      cat >"$work/job.yaml" <<'YAML'
+name: e2e-cuda
+model: synthetic:tiny
+backend: cuda
+strategy: random
+seed: 1
+budget: {trials: 3}
+trial_timeout_s: 120
+workload:
+  name: e2e-cuda
+  requests:
+    - {name: short-long, input_len: 16, output_len: 32, count: 4}
+accuracy: {set: synthetic, samples: 4}
+space:
+  weight_bits: {type: choice, values: [16, 8, 4]}
+  kv_cache_dtype: {type: choice, values: [bf16, fp8_e4m3]}
+YAML
+      job="$(timeout 30 "$bin/soartune" --addr 127.0.0.1:$port submit "$work/job.yaml" 2>&1 | tail -1)"
+      echo "submitted: $job"
+      timeout 200 "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -5
+      timeout 30 "$bin/soartune" --addr 127.0.0.1:$port trials "$job" 2>&1 | tail -8
+      kill "$dpid" 2>/dev/null
+      wait "$dpid" 2>/dev/null
+      tail -20 "$work/daemon.log"
+    else
+      echo "soartuned / soartune not in the bundle"
+    fi
+  } >"$OUT/e2e.log" 2>&1
+  note "e2e: $(grep -E 'worker rc=|"ok"' "$OUT/e2e.log" | head -2 | cut -c1-200 | tr '\n' ' ')"
+fi
+
+# The summary table, last.
+if [[ -s "$OUT/results.jsonl" ]]; then
+  python3 - "$OUT/results.jsonl" <<'PY' | tee -a "$summary"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ceil = next((r for r in rows if r.get("what") == "ceiling"), {})
+print(f"ceilings: copy {ceil.get('copy_gbps', 0):.0f} GB/s, bf16 GEMM {ceil.get('bf16_tflops', 0):.0f} TFLOP/s")
+peer = {(r["what"], r["batch"]): r["ms"] for r in rows if r["what"].startswith("peer")}
+print(f"{'what':10} {'weights':9} {'kv':9} {'bs':>3} {'ctx':>6} {'ms':>9} {'roof':>8} {'gap':>6} {'peer':>8}")
+for r in rows:
+    if r["what"] in ("ceiling",) or r["what"].startswith("peer"):
+        continue
+    p = ""
+    if r["weights"] == "bf16" and r["kv"] == "bf16":
+        key = ("peer_decode" if r["what"] == "decode" else "peer_prefill", r["batch"])
+        if r["what"] in ("decode", "prefill") and key in peer:
+            p = f"{peer[key]:.3f}"
+    print(f"{r['what']:10} {r['weights']:9} {r['kv']:9} {r['batch']:>3} {r['context']:>6} {r['ms']:>9.3f} "
+          f"{r['roofline_ms']:>8.3f} {r['ms']/r['roofline_ms']:>5.2f}x {p:>8}")
+for (w, b), ms in sorted(peer.items()):
+    print(f"peer {w} batch {b}: {ms:.3f} ms")
+PY
+fi

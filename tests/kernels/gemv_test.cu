@@ -1,0 +1,144 @@
+// Every GEMV variant x weight format x group x batch against the CPU twin (kernels/gemv_ref.h) on fresh random
+// inputs, outputs poisoned before each run and the rows past the output checked untouched.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/gemv.cuh"
+#include "kernels/gemv_ref.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace soartune::kernels {
+namespace {
+
+using test::Dev;
+
+struct Case {
+  WeightFormat format;
+  int group;  // 0: 16-bit; k: per channel
+};
+
+// Host weights in the device layout, and the device copies.
+struct Weights {
+  std::vector<uint8_t> w;
+  std::vector<float> scales;
+  HostLinear host;
+};
+
+Weights make_weights(std::mt19937_64& rng, WeightFormat f, int n, int k, int group) {
+  Weights r;
+  r.w.resize(weight_bytes(f, n, k));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  if (f == WeightFormat::kBf16 || f == WeightFormat::kFp16) {
+    auto* p = reinterpret_cast<uint16_t*>(r.w.data());
+    for (int64_t i = 0; i < int64_t(n) * k; ++i) p[i] = f == WeightFormat::kBf16 ? f32_to_bf16(u(rng)) : f32_to_fp16(u(rng));
+  } else {
+    const int qmax = f == WeightFormat::kInt8 ? 127 : 7;
+    std::uniform_int_distribution<int> qd(-qmax, qmax);
+    std::vector<int8_t> q(size_t(n) * k);
+    for (auto& v : q) v = int8_t(qd(rng));
+    if (f == WeightFormat::kInt8) {
+      std::memcpy(r.w.data(), q.data(), q.size());
+    } else {
+      pack_int4_rows(q.data(), n, k, r.w.data());
+    }
+    std::uniform_real_distribution<float> su(0.5f / qmax, 1.5f / qmax);
+    r.scales.resize(size_t(n) * (k / group));
+    for (auto& s : r.scales) s = su(rng);
+  }
+  r.host = {f, n, k, group, r.w.data(), r.scales.empty() ? nullptr : r.scales.data()};
+  return r;
+}
+
+double bound_for(WeightFormat f) {
+  // bf16 weights are exact in the mma; the others are rounded to bf16 once (fp16, int8) or twice (int4:
+  // the scale and the product), each ~2^-9 relative.
+  return f == WeightFormat::kBf16 ? 1e-4 : 1e-2;
+}
+
+TEST(GemvCanImplement, RejectsBadKnobsAndShapesWithTheField) {
+  GemvArgs a;
+  a.w = {WeightFormat::kInt4, 64, 96, 32, reinterpret_cast<void*>(256), reinterpret_cast<float*>(256)};
+  a.x = reinterpret_cast<void*>(256);
+  a.y = reinterpret_cast<void*>(256);
+  a.batch = 1;
+  EXPECT_EQ(gemv_can_implement(a, "auto"), "");
+  EXPECT_NE(gemv_can_implement(a, "m9w9u9").find("gemv_variant"), std::string::npos);
+  a.batch = 33;
+  EXPECT_NE(gemv_can_implement(a, "auto").find("batch"), std::string::npos);
+  a.batch = 4;
+  a.w.k = 80;  // not a multiple of 32 for int4
+  EXPECT_NE(gemv_can_implement(a, "auto").find("k:"), std::string::npos);
+  a.w.k = 96;
+  a.w.group = 48;  // not a multiple of 32
+  EXPECT_NE(gemv_can_implement(a, "auto").find("group"), std::string::npos);
+  for (const std::string& v : gemv_variant_names()) {
+    a.w.group = 32;
+    EXPECT_EQ(gemv_can_implement(a, v), "") << v;
+  }
+}
+
+TEST(Gemv, EveryVariantFormatGroupAndBatchMatchesTheTwin) {
+  KT_SKIP_WITHOUT_GPU("GEMV kernels");
+  const uint64_t seed = test::new_seed();
+  std::printf("seed %llu\n", (unsigned long long)seed);
+  std::mt19937_64 rng(seed);
+  // n not a multiple of any row tile; k leaves a partial step for every unroll depth.
+  const int n = 72;
+  const std::vector<Case> cases = {{WeightFormat::kBf16, 0},  {WeightFormat::kFp16, 0},  {WeightFormat::kInt8, 0},
+                                   {WeightFormat::kInt8, 32}, {WeightFormat::kInt8, 128}, {WeightFormat::kInt4, 32},
+                                   {WeightFormat::kInt4, 64}, {WeightFormat::kInt4, 128}};
+  std::vector<std::string> variants = gemv_variant_names();
+  variants.push_back("auto");
+  for (const Case& c : cases) {
+    const int k = c.format == WeightFormat::kInt4 ? 640 : 384;
+    const int group = c.group == 0 && is_quantized(c.format) ? k : c.group;
+    Weights w = make_weights(rng, c.format, n, k, group);
+    Dev dw(w.w.size()), ds(w.scales.size() * 4 + 16);
+    dw.upload(w.w);
+    if (!w.scales.empty()) ds.upload(w.scales);
+    for (int batch : {1, 3, 8, 13, 32}) {
+      std::vector<uint16_t> xb;
+      std::vector<float> xf;
+      test::random_bf16(rng, size_t(batch) * k, 1.f, &xb, &xf);
+      std::vector<float> ref(size_t(batch) * n);
+      linear_ref(w.host, xf.data(), batch, ref.data());
+      Dev dx(xb.size() * 2), dy((size_t(batch) * n + 64) * 4);
+      dx.upload(xb);
+      for (const std::string& v : variants) {
+        for (bool out_bf16 : {false, true}) {
+          if (out_bf16 && batch != 3) continue;  // the bf16 epilogue once per case
+          GemvArgs a;
+          a.w = {c.format, n, k, group, dw.p, w.scales.empty() ? nullptr : ds.as<float>()};
+          a.x = dx.p;
+          a.y = dy.p;
+          a.batch = batch;
+          a.out_bf16 = out_bf16;
+          GemvPlan plan;
+          ASSERT_EQ(gemv_plan(a, v, &plan), "");
+          dy.poison();
+          KT_CUDA(gemv_run(a, plan, nullptr));
+          KT_CUDA(cudaDeviceSynchronize());
+          std::vector<float> out(size_t(batch) * n);
+          if (out_bf16) {
+            auto raw = dy.download<uint16_t>(size_t(batch) * n + 128);
+            for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(raw[i]);
+            for (size_t i = out.size(); i < raw.size(); ++i) ASSERT_EQ(raw[i], 0xFFFF) << "wrote past the output";
+          } else {
+            auto raw = dy.download<float>(size_t(batch) * n + 64);
+            std::copy(raw.begin(), raw.begin() + out.size(), out.begin());
+            for (size_t i = out.size(); i < raw.size(); ++i) ASSERT_TRUE(std::isnan(raw[i])) << "wrote past the output";
+          }
+          const double err = test::normalized_error(out, ref);
+          EXPECT_LT(err, out_bf16 ? 1e-2 : bound_for(c.format))
+              << weight_format_name(c.format) << " group " << group << " batch " << batch << " variant " << v;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace soartune::kernels
