@@ -209,6 +209,8 @@ Result<Plan> plan(int k, const std::vector<PlanCandidate>& candidates, const Sco
   if (options.draws < 100) return Status::Invalid("options.draws: must be >= 100");
   if (!(options.similarity_decay >= 0 && options.similarity_decay < 1))
     return Status::Invalid("options.similarity_decay: must be in [0, 1)");
+  if (!(options.safe_max_p_zero >= 0 && options.safe_max_p_zero <= 1))
+    return Status::Invalid("options.safe_max_p_zero: must be in [0, 1]");
   if (options.max_candidates < 1) return Status::Invalid("options.max_candidates: must be >= 1");
   if (!std::isfinite(accuracy_sigma_pct)) return Status::Invalid("accuracy_sigma: not a finite number");
   if (scoring.gate.empty()) return Status::Invalid("scoring.gate: needs at least one tier");
@@ -376,7 +378,8 @@ Result<Plan> plan(int k, const std::vector<PlanCandidate>& candidates, const Sco
       zero_after += std::max(prefix_max[s], col[s]) <= 0;
     }
     pick.speed_mean = speed_sum / d.n_draws;
-    pick.role = pick.p_gate[0] >= options.safe_p_gate ? "safe" : "bold";
+    const double p_zero = pick.p_gate.back() + (1 - pick.p_gate.back()) * pick.p_failure;
+    pick.role = p_zero <= options.safe_max_p_zero ? "safe" : "bold";
     pick.expected_best_after = best_v;
     pick.marginal_value = best_v - prefix_value;
 
@@ -425,7 +428,7 @@ Result<Plan> plan(int k, const std::vector<PlanCandidate>& candidates, const Sco
       e << ". ";
     }
     if (runner < 0) {
-      e << "No other candidate to compare.";
+      e << "Every candidate is in the plan.";
     } else {
       e << "Runner-up trial " << pick.runner_up_trial << ": ";
       if (runner_alone > pick.predicted_score + 1e-9)

@@ -78,6 +78,8 @@ TEST(Planner, KTwoTakesTheSafeAndTheFastOverTwoSafeOnes) {
   ASSERT_EQ(p.value().picks.size(), 2u);
   EXPECT_EQ(p.value().picks[0].trial, 2);   // best alone first
   EXPECT_EQ(p.value().picks[1].trial, 1);
+  EXPECT_EQ(p.value().picks[0].role, "safe");   // P(C = 0) about 0.07
+  EXPECT_EQ(p.value().picks[1].role, "bold");   // P(C = 0) 0.5
   EXPECT_NEAR(p.value().expected_best_score, 84.6, 1.5);
   EXPECT_GT(p.value().picks[1].marginal_value, 5.0);
   EXPECT_NEAR(p.value().picks[0].marginal_value + p.value().picks[1].marginal_value, p.value().expected_best_score,
