@@ -90,7 +90,16 @@ int run_trials(Client& client, const TrialsOptions& o) {
     ptrs.push_back(&t);
     param_sets.push_back(&t.params());
   }
-  const std::vector<std::string> knobs = varying_params(param_sets);
+  // Key params: the knobs the job's space varies (in spec order), then any other that differs between the
+  // listed trials (e.g. fixed knobs changed by a warm start or a user trial).
+  v1::Job job;
+  std::vector<std::string> knobs;
+  if (fetch_job(client, o.job, &job).ok()) knobs = space_params(job.spec_yaml());
+  if (knobs.empty() || trials.size() > 1) {
+    for (const std::string& k : varying_params(param_sets)) {
+      if (std::find(knobs.begin(), knobs.end(), k) == knobs.end()) knobs.push_back(k);
+    }
+  }
   const std::vector<std::string> tiers = tier_names(ptrs);
   const bool any_error =
       std::any_of(trials.begin(), trials.end(), [](const v1::Trial& t) { return !t.error().empty(); });

@@ -187,6 +187,18 @@ std::string params_vs(const google::protobuf::Map<std::string, std::string>& par
   return params_brief(params, keys);
 }
 
+std::vector<std::string> space_params(const std::string& spec_yaml) {
+  std::vector<std::string> out;
+  try {
+    YAML::Node spec = YAML::Load(spec_yaml);
+    if (!spec.IsMap() || !spec["space"] || !spec["space"].IsMap()) return out;
+    for (const auto& kv : spec["space"]) out.push_back(kv.first.as<std::string>());
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  return out;
+}
+
 std::string knob_header(const std::string& knob) {
   static const std::map<std::string, std::string> kShort = {
       {"weight_bits", "wbits"},          {"weight_group_size", "group"},

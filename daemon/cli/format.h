@@ -43,6 +43,9 @@ std::string params_brief(const google::protobuf::Map<std::string, std::string>& 
 // The params that differ from `reference`, as params_brief; "(reference)" when none do.
 std::string params_vs(const google::protobuf::Map<std::string, std::string>& params,
                       const google::protobuf::Map<std::string, std::string>& reference);
+// The parameter names of the job spec's `space:` in spec order (the knobs the search varies); empty when the
+// spec has none or cannot be read.
+std::vector<std::string> space_params(const std::string& spec_yaml);
 // A short column header for a knob ("weight_bits" -> "wbits"); unknown names as they are.
 std::string knob_header(const std::string& knob);
 

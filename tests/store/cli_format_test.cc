@@ -93,6 +93,15 @@ TEST(CliFormat, GateLevelsComeFromTheJobSpec) {
   EXPECT_EQ(gate_labels({1.0, 0.0}, 3)[2], "P(gate 2)");
 }
 
+TEST(CliFormat, SpaceParamsInSpecOrder) {
+  EXPECT_EQ(space_params("space:\n  weight_bits: {type: choice, values: [16, 4]}\n  kv_cache_dtype: {type: choice, "
+                         "values: [bf16]}\n  kv_page_size: {type: pow2, low: 8, high: 64}\n"),
+            (std::vector<std::string>{"weight_bits", "kv_cache_dtype", "kv_page_size"}));
+  EXPECT_TRUE(space_params("model: x\n").empty());
+  EXPECT_TRUE(space_params("space: [1, 2]\n").empty());
+  EXPECT_TRUE(space_params("space: {a: [\n").empty());
+}
+
 TEST(CliFormat, TablesAlignColumns) {
   Table t;
   t.add_column("#", Table::kRight);
