@@ -154,6 +154,8 @@ struct Tally {
   long submissions = 0, zero_gate = 0, failed = 0, races_with_zero = 0, days = 0;
   double plan_seconds = 0;
   long plans = 0;
+  std::vector<double> race_best;   // per race, for paired comparisons
+  std::vector<double> daily_best;  // per race: mean of the days' best
 };
 
 enum class Policy { kPlanner, kPlannerDay, kTop3, kTop1 };
@@ -167,7 +169,7 @@ void run_race(const Race& r, Policy strat, const ScoringSpec& s, const Options& 
                    [&](int a, int b) { return naive_score(r, a, s) > naive_score(r, b, s); });
   std::vector<CalibrationSample> recorded;
   Calibration cal;
-  double race_best = 0;
+  double race_best = 0, daily_sum = 0;
   bool any_zero = false;
   for (int day = 0; day < opt.days; ++day) {
     std::vector<int> picks;
@@ -210,12 +212,15 @@ void run_race(const Race& r, Policy strat, const ScoringSpec& s, const Options& 
     }
     race_best = std::max(race_best, day_best);
     tally.sum_daily_best += day_best;
+    daily_sum += day_best;
     ++tally.days;
     if (strat == Policy::kPlanner || strat == Policy::kPlannerDay) {
       auto c = fit_calibration(recorded);
       if (c.ok()) cal = c.value();
     }
   }
+  tally.race_best.push_back(race_best);
+  tally.daily_best.push_back(daily_sum / opt.days);
   tally.sum_best += race_best;
   tally.sum_sq_best += race_best * race_best;
   if (any_zero) ++tally.races_with_zero;
@@ -295,6 +300,25 @@ int main(int argc, char** argv) {
                 static_cast<double>(t.failed) / static_cast<double>(t.submissions),
                 static_cast<double>(t.races_with_zero) / opt.races, t.submissions,
                 t.plans ? (std::to_string(static_cast<int>(1000.0 * t.plan_seconds / t.plans + 0.5))).c_str() : "-");
+  }
+  // Paired against top3 (same races, same ground truth): mean difference and its standard error.
+  auto paired = [&](const std::vector<double>& a, const std::vector<double>& b, double& mean, double& se) {
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      sum += a[i] - b[i];
+      sq += (a[i] - b[i]) * (a[i] - b[i]);
+    }
+    const double n = static_cast<double>(a.size());
+    mean = sum / n;
+    se = std::sqrt(std::max(0.0, sq / n - mean * mean) / n);
+  };
+  std::printf("\n| strategy | final best - top3 (paired) | mean daily best - top3 (paired) |\n|---|---|---|\n");
+  for (size_t s = 0; s < strategies.size(); ++s) {
+    if (strategies[s].first == Policy::kTop3) continue;
+    double m1, s1, m2, s2;
+    paired(tallies[s].race_best, tallies[2].race_best, m1, s1);
+    paired(tallies[s].daily_best, tallies[2].daily_best, m2, s2);
+    std::printf("| %s | %+.2f +/- %.2f | %+.2f +/- %.2f |\n", strategies[s].second, m1, s1, m2, s2);
   }
   return 0;
 }
