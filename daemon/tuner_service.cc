@@ -471,6 +471,14 @@ grpc::Status TunerService::RecordSubmission(grpc::ServerContext*, const pb::Reco
   rec.submitted_ms = when;
   rec.budget_day = budget.budget_day(when);
   rec.result = {r.s1(), r.s8(), r.sinf(), r.relative_accuracy(), r.c(), r.final_score()};
+  // C and the final score may be left 0: they follow from the official numbers by the job's scoring.
+  if (Result<std::shared_ptr<const JobSpec>> spec = jobs_.spec_of(req->job_id()); spec.ok()) {
+    const search::ScoringSpec& sc = spec.value()->scoring;
+    if (rec.result.c == 0) rec.result.c = sc.gate_multiplier(rec.result.relative_accuracy);
+    if (rec.result.final_score == 0)
+      rec.result.final_score =
+          (rec.result.s1 * sc.weights[0] + rec.result.s8 * sc.weights[1] + rec.result.sinf * sc.weights[2]) * rec.result.c;
+  }
   rec.note = req->note();
   std::lock_guard<std::mutex> l(submissions_mu_);
   int used = jobs_.with_store([&](Store& s) { return s.count_submissions_on_day(rec.budget_day); });

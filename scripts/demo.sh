@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The soartune demo: starts soartuned on a temporary database and a free port, submits configs/jobs/demo.yaml
+# with the soartune CLI, follows it live, prints the trials and the best config, writes the best config to
+# ./demo-best.yaml (re-run it with: soartune-worker --trial demo-best.yaml), then stops the daemon (SIGTERM).
+# Usage: scripts/demo.sh BUILD_DIR       Exit 0 only if every step worked.
+set -euo pipefail
+
+build="${1:-build}"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin="$(cd "$build" 2>/dev/null && pwd)/bin"
+for exe in soartuned soartune soartune-worker; do
+  if [[ ! -x "$bin/$exe" ]]; then
+    echo "demo: $bin/$exe is missing; build first (make build)" >&2
+    exit 1
+  fi
+done
+
+tmp="$(mktemp -d -t soartune-demo-XXXXXX)"
+daemon_pid=""
+cleanup() {
+  local rc=$?
+  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
+    kill -TERM "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  if [[ $rc -ne 0 && -f "$tmp/soartuned.log" ]]; then
+    echo "demo: failed; the daemon's log ends with:" >&2
+    tail -n 30 "$tmp/soartuned.log" >&2
+  fi
+  rm -rf "$tmp"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== starting soartuned (temporary database in $tmp)"
+"$bin/soartuned" --config "$repo/configs/daemon.yaml" --port 0 --port-file "$tmp/port" \
+  --database "$tmp/demo.db" --work-dir "$tmp/work" --worker "$bin/soartune-worker" \
+  --log-level warn 2> "$tmp/soartuned.log" &
+daemon_pid=$!
+for _ in $(seq 1 300); do
+  [[ -s "$tmp/port" ]] && break
+  kill -0 "$daemon_pid" 2>/dev/null || { echo "demo: soartuned exited at start" >&2; exit 1; }
+  sleep 0.1
+done
+[[ -s "$tmp/port" ]] || { echo "demo: soartuned did not start listening" >&2; exit 1; }
+export SOARTUNE_ADDR="127.0.0.1:$(cat "$tmp/port")"
+echo "   listening on $SOARTUNE_ADDR"
+
+cli() { "$bin/soartune" "$@"; }
+
+echo "== submitting configs/jobs/demo.yaml"
+job="$(cd "$repo" && cli submit configs/jobs/demo.yaml)"
+echo "   job $job"
+
+echo "== progress"
+cli watch "$job"
+
+echo "== trials"
+cli trials "$job" --sort score --desc --limit 0
+
+echo "== best config"
+cli best "$job"
+
+out="$PWD/demo-best.yaml"
+cli export "$job" -o "$out"
+echo "== the best launch config is in $out (re-run: $bin/soartune-worker --trial $out)"
+
+echo "== stopping soartuned"
+kill -TERM "$daemon_pid"
+rc=0
+wait "$daemon_pid" || rc=$?
+daemon_pid=""
+if [[ $rc -ne 0 ]]; then
+  echo "demo: soartuned exited with $rc on SIGTERM" >&2
+  exit 1
+fi
+echo "== done"
