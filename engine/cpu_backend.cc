@@ -34,7 +34,9 @@ void linear(ThreadPool& pool, const float* x, int T, int in, const std::vector<f
             bool accumulate) {
   // Each part owns a block of output columns; blocks are multiples of 16 so Eigen's kernels stay aligned.
   const int blocks = (out + 15) / 16;
-  pool.parallel_for(blocks, [&](int b0, int b1, int) {
+  // Below about a million multiply-adds a thread hand-off costs more than it saves.
+  const bool serial = static_cast<int64_t>(T) * in * out < (int64_t{1} << 20);
+  auto body = [&](int b0, int b1, int) {
     const int o0 = b0 * 16, o1 = std::min(out, b1 * 16);
     if (T <= kSkinnyTokens) {
       for (int o = o0; o < o1; ++o) {
@@ -52,7 +54,9 @@ void linear(ThreadPool& pool, const float* x, int T, int in, const std::vector<f
     Eigen::Map<RowMat, 0, Eigen::OuterStride<>> Y(y + o0, T, o1 - o0, Eigen::OuterStride<>(out));
     if (accumulate) Y.noalias() += X * Wt;
     else Y.noalias() = X * Wt;
-  });
+  };
+  if (serial) body(0, blocks, 0);
+  else pool.parallel_for(blocks, body);
 }
 
 void rmsnorm(const float* x, const float* weight, int d, float eps, float* out) {

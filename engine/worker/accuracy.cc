@@ -1,0 +1,183 @@
+#include "engine/worker/accuracy.h"
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+
+namespace soartune::engine::worker {
+
+int AccuracySet::max_len() const {
+  int m = 0;
+  for (const auto& it : items)
+    m = std::max(m, static_cast<int>(it.prompt.size() + std::max<std::size_t>(it.continuation.size(), continuation_len)));
+  return m;
+}
+
+Result<AccuracySet> load_accuracy_set(const AccuracySpec& spec, uint64_t seed, int vocab) {
+  AccuracySet s;
+  s.continuation_len = spec.continuation_len;
+  if (spec.set == "synthetic") {
+    s.metric = "fidelity";
+    std::mt19937_64 rng(seed * 7919 + 17);
+    std::uniform_int_distribution<int32_t> tok(1, std::max(1, vocab - 1));
+    for (int i = 0; i < spec.samples; ++i) {
+      AccuracyItem it;
+      it.prompt.resize(static_cast<std::size_t>(spec.prompt_len));
+      for (auto& t : it.prompt) t = tok(rng);
+      s.items.push_back(std::move(it));
+    }
+    return s;
+  }
+  std::ifstream in(spec.set);
+  if (!in) return Status::Invalid("accuracy.set: " + spec.set + " cannot be opened");
+  std::string line;
+  int lineno = 0;
+  bool all_have_cont = true;
+  while (static_cast<int>(s.items.size()) < spec.samples && std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    AccuracyItem it;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      it.prompt = j.at("prompt_ids").get<std::vector<int32_t>>();
+      if (j.contains("continuation_ids")) it.continuation = j["continuation_ids"].get<std::vector<int32_t>>();
+    } catch (const std::exception& e) {
+      return Status::Invalid("accuracy.set: " + spec.set + " line " + std::to_string(lineno) + ": " + e.what());
+    }
+    for (const auto* v : {&it.prompt, &it.continuation})
+      for (int32_t t : *v)
+        if (t < 0 || t >= vocab)
+          return Status::Invalid("accuracy.set: " + spec.set + " line " + std::to_string(lineno) + ": token " + std::to_string(t) +
+                                 " outside the model's vocabulary of " + std::to_string(vocab));
+    if (it.prompt.empty()) return Status::Invalid("accuracy.set: " + spec.set + " line " + std::to_string(lineno) + ": empty prompt_ids");
+    all_have_cont = all_have_cont && it.continuation.size() >= 1;
+    s.items.push_back(std::move(it));
+  }
+  if (s.items.empty()) return Status::Invalid("accuracy.set: " + spec.set + " has no samples");
+  s.metric = all_have_cont ? "task" : "fidelity";
+  if (!all_have_cont)
+    for (auto& it : s.items) it.continuation.clear();
+  return s;
+}
+
+nlohmann::json ReferenceOutputs::to_json() const {
+  nlohmann::json j = {{"metric", metric}, {"positions", positions}};
+  if (metric == "task") j["accuracy"] = accuracy;
+  else {
+    j["continuations"] = continuations;
+    j["top1"] = top1;
+  }
+  return j;
+}
+
+Result<ReferenceOutputs> ReferenceOutputs::from_json(const nlohmann::json& j) {
+  ReferenceOutputs r;
+  try {
+    r.metric = j.at("metric").get<std::string>();
+    r.positions = j.at("positions").get<int64_t>();
+    if (r.metric == "task") r.accuracy = j.at("accuracy").get<double>();
+    else if (r.metric == "fidelity") {
+      r.continuations = j.at("continuations").get<std::vector<std::vector<int32_t>>>();
+      r.top1 = j.at("top1").get<std::vector<std::vector<int32_t>>>();
+    } else {
+      return Status::Invalid("reference.read: metric " + r.metric + " is not one of task, fidelity");
+    }
+  } catch (const std::exception& e) {
+    return Status::Invalid(std::string("reference.read: not a reference file: ") + e.what());
+  }
+  return r;
+}
+
+namespace {
+
+// Teacher-forced top-1 along prompt + continuation for every item, batched through the scheduler.
+Result<std::vector<std::vector<int32_t>>> teacher_forced(Engine& e, const std::vector<AccuracyItem>& items,
+                                                         const std::vector<std::vector<int32_t>>* conts) {
+  std::vector<int64_t> ids;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    auto id = e.add_teacher_forced(items[i].prompt, conts ? (*conts)[i] : items[i].continuation);
+    if (!id.ok()) return id.status();
+    ids.push_back(id.value());
+  }
+  if (Status s = e.run_until_idle(); !s.ok()) return s;
+  std::vector<std::vector<int32_t>> out(items.size());
+  for (auto& f : e.take_finished()) {
+    const auto it = std::find(ids.begin(), ids.end(), f.id);
+    if (it != ids.end()) out[static_cast<std::size_t>(it - ids.begin())] = std::move(f.output);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<ReferenceOutputs> compute_reference(Engine& e, const AccuracySet& set) {
+  ReferenceOutputs r;
+  r.metric = set.metric;
+  if (set.metric == "task") {
+    auto top1 = teacher_forced(e, set.items, nullptr);
+    if (!top1.ok()) return top1.status();
+    int64_t hits = 0;
+    for (std::size_t i = 0; i < set.items.size(); ++i)
+      for (std::size_t k = 0; k < set.items[i].continuation.size(); ++k) {
+        hits += top1.value()[i][k] == set.items[i].continuation[k];
+        ++r.positions;
+      }
+    r.accuracy = r.positions ? static_cast<double>(hits) / r.positions : 0;
+    return r;
+  }
+  std::vector<int64_t> ids;
+  for (const auto& it : set.items) {
+    auto id = e.add_request(it.prompt, set.continuation_len);
+    if (!id.ok()) return id.status();
+    ids.push_back(id.value());
+  }
+  if (Status s = e.run_until_idle(); !s.ok()) return s;
+  r.continuations.resize(set.items.size());
+  for (auto& f : e.take_finished()) {
+    const auto it = std::find(ids.begin(), ids.end(), f.id);
+    if (it != ids.end()) r.continuations[static_cast<std::size_t>(it - ids.begin())] = std::move(f.output);
+  }
+  auto top1 = teacher_forced(e, set.items, &r.continuations);
+  if (!top1.ok()) return top1.status();
+  r.top1 = std::move(top1).value();
+  for (const auto& t : r.top1) r.positions += static_cast<int64_t>(t.size());
+  return r;
+}
+
+Result<AccuracyResult> evaluate_accuracy(Engine& e, const AccuracySet& set, const ReferenceOutputs& ref) {
+  if (ref.metric != set.metric)
+    return Status::Invalid("reference.read: the reference holds metric " + ref.metric + ", this accuracy set gives " + set.metric);
+  AccuracyResult a;
+  a.metric = set.metric;
+  if (set.metric == "task") {
+    auto top1 = teacher_forced(e, set.items, nullptr);
+    if (!top1.ok()) return top1.status();
+    int64_t hits = 0;
+    for (std::size_t i = 0; i < set.items.size(); ++i)
+      for (std::size_t k = 0; k < set.items[i].continuation.size(); ++k) {
+        hits += top1.value()[i][k] == set.items[i].continuation[k];
+        ++a.positions;
+      }
+    a.candidate = a.positions ? static_cast<double>(hits) / a.positions : 0;
+    a.reference = ref.accuracy;
+    a.relative_pct = ref.accuracy > 0 ? 100.0 * a.candidate / ref.accuracy : 0;
+    return a;
+  }
+  if (ref.continuations.size() != set.items.size())
+    return Status::Invalid("reference.read: the reference has " + std::to_string(ref.continuations.size()) + " samples, accuracy.samples gives " +
+                           std::to_string(set.items.size()));
+  auto top1 = teacher_forced(e, set.items, &ref.continuations);
+  if (!top1.ok()) return top1.status();
+  int64_t hits = 0;
+  for (std::size_t i = 0; i < set.items.size(); ++i)
+    for (std::size_t k = 0; k < ref.top1[i].size() && k < top1.value()[i].size(); ++k) {
+      hits += top1.value()[i][k] == ref.top1[i][k];
+      ++a.positions;
+    }
+  a.candidate = a.positions ? static_cast<double>(hits) / a.positions : 0;
+  a.reference = 1.0;
+  a.relative_pct = 100.0 * a.candidate;
+  return a;
+}
+
+}  // namespace soartune::engine::worker

@@ -1,0 +1,206 @@
+// soartune-worker: runs one trial (docs/FORMATS.md section 3) and prints one JSON result (section 4) on
+// stdout; logs go to stderr. Exit 0 on success, 2 on a bad config or model, 1 on any other failure.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "engine/backend.h"
+#include "engine/engine.h"
+#include "engine/model_loader.h"
+#include "engine/quantize.h"
+#include "engine/worker/accuracy.h"
+#include "engine/worker/tiers.h"
+#include "engine/worker/trial.h"
+
+namespace soartune::engine::worker {
+namespace {
+
+using nlohmann::json;
+
+int fail(const Status& s, bool config_error, const std::string& default_field = "") {
+  json err = {{"message", s.message}};
+  if (config_error) {
+    // "<field>: <message>" when the prefix is one token (launch.kv_cache_dtype), else the default field.
+    const auto pos = s.message.find(": ");
+    const std::string prefix = pos == std::string::npos ? "" : s.message.substr(0, pos);
+    if (!prefix.empty() && prefix.find(' ') == std::string::npos) {
+      err["field"] = prefix;
+      err["message"] = s.message.substr(pos + 2);
+    } else if (!default_field.empty()) {
+      err["field"] = default_field;
+    }
+  }
+  std::cout << json{{"ok", false}, {"error", err}}.dump() << std::endl;
+  spdlog::error("{}", s.message);
+  return config_error ? 2 : 1;
+}
+
+bool is_config_error(const Status& s) { return s.code == Code::kInvalidArgument || s.code == Code::kNotFound; }
+
+json percentiles(const Percentiles& p) { return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; }
+
+struct BackendChoice {
+  std::string kind;   // "cpu" or "cuda"
+  int threads = 0;
+};
+
+Result<std::unique_ptr<Backend>> make_backend(const BackendChoice& c) {
+  if (c.kind == "cuda") return make_cuda_backend(0);
+  return make_cpu_backend(c.threads);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+int run(const std::string& trial_path, const std::string& backend_override, int threads) {
+  auto trial_or = load_trial(trial_path);
+  if (!trial_or.ok()) return fail(trial_or.status(), true, "trial");
+  TrialSpec trial = trial_or.value();
+  if (!backend_override.empty()) trial.backend = backend_override;
+
+  // Backend: auto takes the CUDA backend when it is built and finds a device.
+  BackendChoice choice{"cpu", threads};
+  if (trial.backend == "cuda" || trial.backend == "auto") {
+    auto probe = make_cuda_backend(0);
+    if (probe.ok()) {
+      choice.kind = "cuda";
+    } else if (trial.backend == "cuda") {
+      return fail(Status::Invalid("backend: cuda is not usable here: " + probe.status().message), true);
+    } else {
+      spdlog::info("backend auto: using the CPU ({})", probe.status().message);
+    }
+  }
+
+  const auto t_load = std::chrono::steady_clock::now();
+  auto weights_or = load_model(trial.model, trial.seed);
+  if (!weights_or.ok()) return fail(weights_or.status(), is_config_error(weights_or.status()), "model");
+  ModelWeights weights = std::move(weights_or).value();
+  const ModelConfig model = weights.config;
+  spdlog::info("model {}: {} layers, hidden {}, vocab {}", model.name, model.layers, model.hidden, model.vocab);
+
+  auto set_or = load_accuracy_set(trial.accuracy, trial.seed, model.vocab);
+  if (!set_or.ok()) return fail(set_or.status(), true, "accuracy.set");
+  const AccuracySet set = set_or.value();
+  const std::vector<WorkloadRequest> requests = expand_workload(trial.workload, trial.seed, model.vocab);
+  EngineOptions options;
+  options.max_context = std::max(trial.workload.max_total_len(), set.max_len()) + 1;
+  double load_s = seconds_since(t_load);
+
+  // Reference outputs: read, or computed here with the reference config before quantising.
+  double accuracy_s = 0;
+  std::optional<ReferenceOutputs> reference;
+  if (!trial.reference_read.empty()) {
+    std::ifstream in(trial.reference_read);
+    json j;
+    try {
+      j = json::parse(in);
+    } catch (const std::exception& e) {
+      return fail(Status::Invalid(std::string("reference.read: not JSON: ") + e.what()), true);
+    }
+    auto r = ReferenceOutputs::from_json(j);
+    if (!r.ok()) return fail(r.status(), true);
+    reference = r.value();
+  } else if (trial.reference_write.empty()) {
+    const auto t = std::chrono::steady_clock::now();
+    auto backend = make_backend(choice);
+    if (!backend.ok()) return fail(backend.status(), false);
+    EngineOptions ref_options = options;
+    ref_options.launch = LaunchConfig::reference();
+    auto engine = Engine::create(std::move(backend).value(), weights, ref_options);
+    if (!engine.ok()) return fail(engine.status(), is_config_error(engine.status()));
+    auto r = compute_reference(*engine.value(), set);
+    if (!r.ok()) return fail(r.status(), false);
+    reference = r.value();
+    accuracy_s += seconds_since(t);
+  }
+
+  const auto t_quant = std::chrono::steady_clock::now();
+  if (Status s = quantize_model(weights, trial.launch); !s.ok()) return fail(s, true);
+  options.launch = trial.launch;
+  auto backend = make_backend(choice);
+  if (!backend.ok()) return fail(backend.status(), false);
+  auto engine_or = Engine::create(std::move(backend).value(), weights, options);
+  if (!engine_or.ok()) return fail(engine_or.status(), is_config_error(engine_or.status()));
+  Engine& engine = *engine_or.value();
+  weights = ModelWeights{};  // the backend holds its own copy now
+  load_s += seconds_since(t_quant);
+
+  const auto t_acc = std::chrono::steady_clock::now();
+  AccuracyResult acc;
+  if (!reference) {
+    // This trial is the reference: its outputs are the baseline, and it scores 100 against itself.
+    auto r = compute_reference(engine, set);
+    if (!r.ok()) return fail(r.status(), false);
+    std::ofstream out(trial.reference_write);
+    out << r.value().to_json().dump() << "\n";
+    if (!out) return fail(Status::Invalid("reference.write: cannot write " + trial.reference_write), true);
+    acc.metric = r.value().metric;
+    acc.positions = r.value().positions;
+    acc.candidate = acc.reference = acc.metric == "task" ? r.value().accuracy : 1.0;
+    acc.relative_pct = 100.0;
+  } else {
+    auto a = evaluate_accuracy(engine, set, *reference);
+    if (!a.ok()) return fail(a.status(), is_config_error(a.status()));
+    acc = a.value();
+  }
+  accuracy_s += seconds_since(t_acc);
+  spdlog::info("accuracy {}: {:.2f}% ({} positions)", acc.metric, acc.relative_pct, acc.positions);
+
+  const auto t_tiers = std::chrono::steady_clock::now();
+  json tiers = json::array();
+  for (int c : trial.tiers) {
+    auto r = run_tier(engine, requests, c);
+    if (!r.ok()) return fail(r.status(), false);
+    const TierResult& t = r.value();
+    spdlog::info("tier {}: {:.3f} s, {} tokens, {:.1f} tok/s", t.tier, t.duration_s, t.output_tokens, t.output_tokens_per_s);
+    tiers.push_back({{"tier", t.tier}, {"concurrency", t.concurrency}, {"duration_s", t.duration_s}, {"requests", t.requests},
+                     {"output_tokens", t.output_tokens}, {"ttft_ms", percentiles(t.ttft_ms)}, {"tpot_ms", percentiles(t.tpot_ms)},
+                     {"output_tokens_per_s", t.output_tokens_per_s}});
+  }
+  const double tiers_s = seconds_since(t_tiers);
+
+  json result = {{"ok", true},
+                 {"backend", engine.backend().name()},
+                 {"device", engine.backend().device()},
+                 {"engine_build", std::string(SOARTUNE_VERSION) + "+" + SOARTUNE_GIT_COMMIT},
+                 {"tiers", tiers},
+                 {"accuracy", {{"metric", acc.metric}, {"relative_pct", acc.relative_pct}, {"candidate", acc.candidate},
+                               {"reference", acc.reference}, {"positions", acc.positions}}},
+                 {"peak_memory_bytes", engine.backend().peak_memory_bytes()},
+                 {"timings_s", {{"load", load_s}, {"accuracy", accuracy_s}, {"tiers", tiers_s}}}};
+  std::cout << result.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace soartune::engine::worker
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
+  CLI::App app{"soartune-worker: run one trial, print one JSON result"};
+  std::string trial, backend;
+  int threads = 0;
+  app.add_option("--trial", trial, "trial file (docs/FORMATS.md section 3)")->required();
+  app.add_option("--backend", backend, "override the trial's backend")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--threads", threads, "CPU backend threads (0: all cores)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);   // --help
+    std::cout << nlohmann::json{{"ok", false}, {"error", {{"field", "argv"}, {"message", e.what()}}}}.dump() << std::endl;
+    app.exit(e);
+    return 2;
+  }
+  try {
+    return soartune::engine::worker::run(trial, backend, threads);
+  } catch (const std::exception& e) {
+    std::cout << nlohmann::json{{"ok", false}, {"error", {{"message", e.what()}}}}.dump() << std::endl;
+    return 1;
+  }
+}

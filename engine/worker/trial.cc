@@ -1,0 +1,94 @@
+#include "engine/worker/trial.h"
+
+#include <filesystem>
+
+namespace soartune::engine::worker {
+
+namespace {
+
+Status int_field(const YAML::Node& n, const std::string& field, int lo, int* out) {
+  int v = 0;
+  if (!n.IsScalar() || !YAML::convert<int>::decode(n, v) || v < lo)
+    return Status::Invalid(field + ": " + (n.IsScalar() ? n.Scalar() : std::string("not a scalar")) + " is not an integer >= " + std::to_string(lo));
+  *out = v;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TrialSpec> load_trial(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const std::exception& e) {
+    return Status::Invalid("trial: " + path + " cannot be read as YAML: " + e.what());
+  }
+  if (!root.IsMap()) return Status::Invalid("trial: " + path + " is not a YAML mapping");
+  static const char* kKeys[] = {"model", "backend", "seed", "launch", "layer_overrides", "workload", "tiers", "accuracy", "reference", "name"};
+  for (const auto& kv : root) {
+    const std::string k = kv.first.as<std::string>();
+    if (std::find(std::begin(kKeys), std::end(kKeys), k) == std::end(kKeys))
+      return Status::Invalid(k + ": unknown key; allowed: model, backend, seed, launch, layer_overrides, workload, tiers, accuracy, reference");
+  }
+  TrialSpec t;
+  if (!root["model"] || !root["model"].IsScalar()) return Status::Invalid("model: missing; allowed: hf:<dir>, synthetic:<preset>");
+  t.model = root["model"].Scalar();
+  if (root["backend"]) {
+    t.backend = root["backend"].IsScalar() ? root["backend"].Scalar() : "";
+    if (t.backend != "auto" && t.backend != "cpu" && t.backend != "cuda")
+      return Status::Invalid("backend: " + t.backend + " is not one of auto, cpu, cuda");
+  }
+  if (root["seed"]) {
+    int s = 0;
+    if (Status st = int_field(root["seed"], "seed", 0, &s); !st.ok()) return st;
+    t.seed = static_cast<uint64_t>(s);
+  }
+  auto launch = LaunchConfig::parse(root["launch"], root["layer_overrides"]);
+  if (!launch.ok()) return launch.status();
+  t.launch = launch.value();
+  const YAML::Node wl = root["workload"];
+  if (!wl) return Status::Invalid("workload: missing; a mapping {name, requests} or a workload file path");
+  if (wl.IsScalar()) {
+    auto w = load_workload_file(wl.Scalar());
+    if (!w.ok()) return w.status();
+    t.workload = w.value();
+  } else {
+    auto w = parse_workload(wl);
+    if (!w.ok()) return w.status();
+    t.workload = w.value();
+  }
+  if (root["tiers"]) {
+    const YAML::Node tiers = root["tiers"];
+    if (!tiers.IsSequence() || tiers.size() == 0) return Status::Invalid("tiers: must be a non-empty list of concurrencies (0 = unlimited)");
+    t.tiers.clear();
+    for (std::size_t i = 0; i < tiers.size(); ++i) {
+      int c = 0;
+      if (Status s = int_field(tiers[i], "tiers[" + std::to_string(i) + "]", 0, &c); !s.ok()) return s;
+      t.tiers.push_back(c);
+    }
+  }
+  if (const YAML::Node a = root["accuracy"]) {
+    if (!a.IsMap()) return Status::Invalid("accuracy: must be a mapping {set, samples, prompt_len, continuation_len}");
+    if (a["set"]) {
+      t.accuracy.set = a["set"].IsScalar() ? a["set"].Scalar() : "";
+      if (t.accuracy.set != "synthetic" && !std::filesystem::exists(t.accuracy.set))
+        return Status::Invalid("accuracy.set: " + t.accuracy.set + " is not one of synthetic, or an existing .jsonl file");
+    }
+    if (a["samples"]) if (Status s = int_field(a["samples"], "accuracy.samples", 1, &t.accuracy.samples); !s.ok()) return s;
+    if (a["prompt_len"]) if (Status s = int_field(a["prompt_len"], "accuracy.prompt_len", 1, &t.accuracy.prompt_len); !s.ok()) return s;
+    if (a["continuation_len"]) if (Status s = int_field(a["continuation_len"], "accuracy.continuation_len", 1, &t.accuracy.continuation_len); !s.ok()) return s;
+  }
+  if (const YAML::Node r = root["reference"]) {
+    if (!r.IsMap() && !r.IsNull()) return Status::Invalid("reference: must be a mapping {write, read}");
+    if (r.IsMap()) {
+      if (r["write"]) t.reference_write = r["write"].as<std::string>();
+      if (r["read"]) {
+        t.reference_read = r["read"].as<std::string>();
+        if (!std::filesystem::exists(t.reference_read)) return Status::Invalid("reference.read: " + t.reference_read + " does not exist");
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace soartune::engine::worker
