@@ -127,7 +127,11 @@ int run_plan(Client& client, const PlanOptions& o) {
     i = 0;
     for (const auto& p : resp.picks()) {
       ++i;
-      if (!p.explanation().empty()) {
+      if (p.explanation().empty()) continue;
+      // The planner's explanations usually name the trial and role themselves.
+      if (p.explanation().rfind("trial ", 0) == 0) {
+        std::cout << "pick " << i << ": " << p.explanation() << "\n";
+      } else {
         std::cout << "pick " << i << " (trial " << p.trial() << ", " << p.role() << "): " << p.explanation() << "\n";
       }
     }
@@ -147,6 +151,7 @@ struct RecordOptions {
   std::string note;
   std::string at;
   bool json = false;
+  bool c_given = false, final_given = false;
 };
 
 bool fetch_submissions(Client& client, const std::string& job, v1::ListSubmissionsResponse* resp) {
@@ -166,8 +171,19 @@ int run_record(Client& client, const RecordOptions& o) {
   r->set_s8(o.s8);
   r->set_sinf(o.sinf);
   r->set_relative_accuracy(o.accuracy);
-  r->set_c(o.c);
-  r->set_final_score(o.final_score);
+  // Without --c / --final, derive them from the official S values and accuracy with the job's scoring spec
+  // (the race formula), so the stored result is complete.
+  double c = o.c, final_score = o.final_score;
+  if (!o.c_given || !o.final_given) {
+    v1::Job job;
+    grpc::Status g = fetch_job(client, o.job, &job);
+    if (!g.ok()) return report(g, client);
+    const SpecScoring scoring = spec_scoring(job.spec_yaml());
+    if (!o.c_given) c = scoring.gate_multiplier(o.accuracy);
+    if (!o.final_given) final_score = scoring.final_score(o.s1, o.s8, o.sinf, c);
+  }
+  r->set_c(c);
+  r->set_final_score(final_score);
   if (!o.at.empty()) {
     auto ms = parse_time(o.at);
     if (!ms) {
@@ -181,7 +197,7 @@ int run_record(Client& client, const RecordOptions& o) {
   grpc::Status s = client.stub().RecordSubmission(ctx.get(), req, &sub);
   if (!s.ok()) {
     const int code = report(s, client);
-    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && s.error_message().find("resets") == std::string::npos) {
       v1::ListSubmissionsResponse budget;
       if (fetch_submissions(client, "", &budget) && !budget.resets_at().empty()) {
         std::cerr << "the daily budget resets at " << budget.resets_at() << "\n";
@@ -283,12 +299,17 @@ void add_submission_commands(CLI::App& app, Context& ctx) {
     sub->add_option("--s8", o->s8, "official S8")->required();
     sub->add_option("--sinf", o->sinf, "official Sinf")->required();
     sub->add_option("--accuracy", o->accuracy, "official relative accuracy, percent")->required();
-    sub->add_option("--c", o->c, "official gate C (0 or absent: the daemon derives it from --accuracy)");
-    sub->add_option("--final", o->final_score, "official final score (0 or absent: the daemon computes it)");
+    auto* c_opt = sub->add_option("--c", o->c, "official gate C (default: from --accuracy and the job's gate)");
+    auto* final_opt = sub->add_option(
+        "--final", o->final_score, "official final score (default: the job's weights over S1/S8/Sinf, times C)");
     sub->add_option("--note", o->note, "free text");
     sub->add_option("--at", o->at, "submission time: unix ms or RFC 3339 (default: now)");
     sub->add_flag("--json", o->json, "print the stored submission as JSON");
-    sub->callback([&ctx, o] { ctx.action = [o](Client& c) { return run_record(c, *o); }; });
+    sub->callback([&ctx, o, c_opt, final_opt] {
+      o->c_given = c_opt->count() > 0;
+      o->final_given = final_opt->count() > 0;
+      ctx.action = [o](Client& c) { return run_record(c, *o); };
+    });
   }
   {
     auto o = std::make_shared<SubmissionsOptions>();

@@ -233,6 +233,36 @@ std::vector<double> gate_levels(const std::string& spec_yaml) {
   }
 }
 
+double SpecScoring::gate_multiplier(double pct) const {
+  for (const auto& [above, c] : gate) {
+    if (pct > above) return c;
+  }
+  return 0.0;
+}
+
+SpecScoring spec_scoring(const std::string& spec_yaml) {
+  SpecScoring out;
+  try {
+    YAML::Node spec = YAML::Load(spec_yaml);
+    if (!spec.IsMap() || !spec["scoring"] || !spec["scoring"].IsMap()) return out;
+    YAML::Node sc = spec["scoring"];
+    if (sc["weights"] && sc["weights"].IsMap()) {
+      if (sc["weights"]["c1"]) out.w1 = sc["weights"]["c1"].as<double>();
+      if (sc["weights"]["c8"]) out.w8 = sc["weights"]["c8"].as<double>();
+      if (sc["weights"]["cinf"]) out.winf = sc["weights"]["cinf"].as<double>();
+    }
+    if (sc["gate"] && sc["gate"].IsSequence() && sc["gate"].size() > 0) {
+      std::vector<std::pair<double, double>> tiers;
+      for (const auto& tier : sc["gate"]) tiers.emplace_back(tier["above"].as<double>(), tier["c"].as<double>());
+      std::sort(tiers.begin(), tiers.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      out.gate = std::move(tiers);
+    }
+  } catch (const std::exception&) {
+    return SpecScoring{};
+  }
+  return out;
+}
+
 std::vector<std::string> gate_labels(const std::vector<double>& levels, size_t n) {
   std::vector<std::string> out;
   for (size_t i = 0; i < n; ++i) {

@@ -52,6 +52,15 @@ std::string knob_header(const std::string& knob);
 // Gate levels of the job's scoring spec, best first and ending with 0 (the order of Suggestion.p_gate and
 // PlanPick.p_gate); the race's {1, 0.96, 0.92, 0} when the spec sets none or cannot be read.
 std::vector<double> gate_levels(const std::string& spec_yaml);
+// The race formula with the job spec's scoring (weights, gate tiers), the race's where the spec sets none:
+// C = the c of the first gate tier whose `above` the accuracy exceeds, else 0; final = weighted S sum * C.
+struct SpecScoring {
+  double w1 = 0.40, w8 = 0.30, winf = 0.30;
+  std::vector<std::pair<double, double>> gate = {{99.0, 1.0}, {98.0, 0.96}, {97.0, 0.92}};   // (above, c), best first
+  double gate_multiplier(double relative_accuracy_pct) const;
+  double final_score(double s1, double s8, double sinf, double c) const { return (s1 * w1 + s8 * w8 + sinf * winf) * c; }
+};
+SpecScoring spec_scoring(const std::string& spec_yaml);
 // "P(C=1)", "P(C=0.96)", ... for `n` probabilities; generic names when n does not match the levels.
 std::vector<std::string> gate_labels(const std::vector<double>& levels, size_t n);
 

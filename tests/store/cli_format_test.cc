@@ -102,6 +102,20 @@ TEST(CliFormat, SpaceParamsInSpecOrder) {
   EXPECT_TRUE(space_params("space: {a: [\n").empty());
 }
 
+TEST(CliFormat, SpecScoringIsTheRaceFormula) {
+  const SpecScoring race = spec_scoring("");
+  EXPECT_DOUBLE_EQ(race.gate_multiplier(99.5), 1.0);
+  EXPECT_DOUBLE_EQ(race.gate_multiplier(99.0), 0.96);   // (98, 99] -> 0.96
+  EXPECT_DOUBLE_EQ(race.gate_multiplier(98.0), 0.92);
+  EXPECT_DOUBLE_EQ(race.gate_multiplier(97.0), 0.0);
+  EXPECT_DOUBLE_EQ(race.final_score(100, 99.99, 96.39, 0.92), (40 + 0.3 * 99.99 + 0.3 * 96.39) * 0.92);
+  const SpecScoring custom =
+      spec_scoring("scoring:\n  weights: {c1: 0.5, c8: 0.25, cinf: 0.25}\n  gate: [{above: 95, c: 0.5}]\n");
+  EXPECT_DOUBLE_EQ(custom.gate_multiplier(96), 0.5);
+  EXPECT_DOUBLE_EQ(custom.gate_multiplier(95), 0.0);
+  EXPECT_DOUBLE_EQ(custom.final_score(80, 40, 40, 1.0), 60.0);
+}
+
 TEST(CliFormat, TablesAlignColumns) {
   Table t;
   t.add_column("#", Table::kRight);
