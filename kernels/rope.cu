@@ -16,24 +16,28 @@ __device__ __forceinline__ void store_kv(void* cache, int64_t idx, float v, KvCa
   }
 }
 
+// One CTA per (token, head) of q | k | v: a decode step of one token still spreads over n_heads + 2 kv_heads CTAs.
 __global__ void rope_kv_kernel(const RopeKvArgs a) {
-  const int i = blockIdx.x;
+  const int i = blockIdx.x, head = blockIdx.y;
   const int hd = a.head_dim, half = hd / 2;
   const int q_dim = a.n_heads * hd, kv_dim = a.n_kv_heads * hd;
   const int64_t stride = a.qkv_stride ? a.qkv_stride : q_dim + 2 * kv_dim;
   const float* row = a.qkv + int64_t(i) * stride;
-  const float pos = float(a.positions[i]);
-  const int slot_all = a.kv_slot[i];
-  const int page = slot_all / a.page_size, slot = slot_all % a.page_size;
+  const int base = head * hd;  // q heads, k heads, v heads are contiguous in qkv
   auto in = [&](int c) { return row[c] + (a.bias ? a.bias[c] : 0.f); };
-  // Rotation pairs: heads of q, then heads of k.
-  const int pairs = (a.n_heads + a.n_kv_heads) * half;
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int head = p / half, j = p % half;
+  if (head >= a.n_heads + a.n_kv_heads) {
+    const int vh = head - a.n_heads - a.n_kv_heads;
+    const int slot_all = a.kv_slot[i];
+    const int page = slot_all / a.page_size, slot = slot_all % a.page_size;
+    const int64_t off = ((int64_t(page) * a.n_kv_heads + vh) * a.page_size + slot) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) store_kv(a.v_cache, off + d, in(base + d), a.kv_dtype, a.v_scale);
+    return;
+  }
+  const float pos = float(a.positions[i]);
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
     const float inv_freq = powf(a.rope_theta, -2.f * float(j) / float(hd));
     float s, c;
     sincosf(pos * inv_freq, &s, &c);
-    const int base = head * hd;  // q heads then k heads are contiguous in qkv
     const float x1 = in(base + j), x2 = in(base + j + half);
     const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
     if (head < a.n_heads) {
@@ -42,15 +46,12 @@ __global__ void rope_kv_kernel(const RopeKvArgs a) {
       q[j + half] = __float2bfloat16_rn(o2);
     } else {
       const int kh = head - a.n_heads;
+      const int slot_all = a.kv_slot[i];
+      const int page = slot_all / a.page_size, slot = slot_all % a.page_size;
       const int64_t off = ((int64_t(page) * a.n_kv_heads + kh) * a.page_size + slot) * hd;
       store_kv(a.k_cache, off + j, o1, a.kv_dtype, a.k_scale);
       store_kv(a.k_cache, off + j + half, o2, a.kv_dtype, a.k_scale);
     }
-  }
-  for (int c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-    const int kh = c / hd, d = c % hd;
-    const int64_t off = ((int64_t(page) * a.n_kv_heads + kh) * a.page_size + slot) * hd + d;
-    store_kv(a.v_cache, off, in(q_dim + kv_dim + c), a.kv_dtype, a.v_scale);
   }
 }
 
@@ -61,6 +62,7 @@ std::string rope_kv_can_implement(const RopeKvArgs& a) {
   if (a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     return "n_heads / n_kv_heads: heads must be a positive multiple of kv heads";
   if (a.page_size <= 0) return "page_size: must be positive";
+  if (a.n_heads + 2 * a.n_kv_heads > 65535) return "n_heads: too many heads for one grid dimension";
   if (!a.qkv || !a.q_out || !a.k_cache || !a.v_cache || !a.positions || !a.kv_slot)
     return "pointers: qkv, q_out, k_cache, v_cache, positions and kv_slot are required";
   return "";
@@ -68,7 +70,8 @@ std::string rope_kv_can_implement(const RopeKvArgs& a) {
 
 cudaError_t rope_kv_write_run(const RopeKvArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
-  rope_kv_kernel<<<a.tokens, 256, 0, stream>>>(a);
+  const dim3 grid(a.tokens, a.n_heads + 2 * a.n_kv_heads);
+  rope_kv_kernel<<<grid, 64, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -27,8 +27,9 @@ if [[ "$mode" == "bundle" ]]; then
   rm -rf "$bundle"
   mkdir -p "$bundle/bin" "$bundle/lib"
   grep -qx '/.device/' "$here/.git/info/exclude" 2>/dev/null || echo '/.device/' >>"$here/.git/info/exclude"
-  for exe in soartune_kernel_gpu_tests soartune_kernel_unit_tests soartune_cuda_model_tests soartune-bench \
-             attention_timing soartune-worker soartuned soartune; do
+  # BUNDLE_EXES narrows the set (the tree plus carried files must stay under the device's 64 MiB).
+  exes="${BUNDLE_EXES:-soartune_kernel_gpu_tests soartune_kernel_unit_tests soartune_cuda_model_tests soartune-bench soartune-worker soartuned soartune}"
+  for exe in $exes; do
     src="$build/bin/$exe"
     # The daemon and the CLI never touch CUDA: any build of them will do (the newest).
     [[ -x "$src" || "$exe" == soartune-worker ]] || src="$(ls -t "$here"/build-*/bin/"$exe" 2>/dev/null | head -1)"
@@ -60,7 +61,7 @@ fi
 OUT="${OUT:-/tmp/soartune-device-out}"
 mkdir -p "$OUT"
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitizer model bench peer e2e)
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests model bench peer sanitizer e2e)
 want() { local s; for s in "${steps[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
 
 cublas_dir="$(dirname "$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
@@ -80,7 +81,7 @@ note() { echo "$*" | tee -a "$summary"; }
 note "device: $(sed -n 4p "$OUT/device.txt")"
 
 if want tests; then
-  timeout 240 "$bin/soartune_kernel_gpu_tests" --gtest_color=no >"$OUT/kernel_tests.log" 2>&1
+  timeout 150 "$bin/soartune_kernel_gpu_tests" --gtest_color=no >"$OUT/kernel_tests.log" 2>&1
   rc=$?
   note "kernel tests (gpu): rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/kernel_tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure|error' "$OUT/kernel_tests.log" | head -20 | tee -a "$summary"
@@ -98,25 +99,25 @@ if want model; then
   fi
 fi
 
-if want sanitizer; then
-  if command -v compute-sanitizer >/dev/null; then
-    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
-      --gtest_color=no >"$OUT/sanitizer.log" 2>&1
-    rc=$?
-    note "compute-sanitizer memcheck on kernel tests: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  else
-    note "compute-sanitizer: not found"
-  fi
-fi
-
 if want bench; then
-  timeout 420 "$bin/soartune-bench" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
+  timeout 300 "$bin/soartune-bench" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
   note "soartune-bench: rc=$?"
 fi
 
 if want peer; then
   PYTHONUNBUFFERED=1 timeout 180 python3 "$here/scripts/torch_peer.py" --json "$OUT/results.jsonl" >>"$OUT/bench.txt" 2>&1
   note "torch peer: rc=$?"
+fi
+
+if want sanitizer; then
+  if command -v compute-sanitizer >/dev/null; then
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
+      --gtest_color=no >"$OUT/sanitizer.log" 2>&1
+    rc=$?
+    note "compute-sanitizer memcheck on kernel tests: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  else
+    note "compute-sanitizer: not found"
+  fi
 fi
 
 if want e2e; then

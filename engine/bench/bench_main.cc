@@ -153,8 +153,25 @@ struct Format {
   int group;
 };
 
+// Device time per stage of one eager (graph-free) run of `step`, beside the timed forward.
+void print_profile(st::engine::cuda::CudaModel& m, const st::engine::Step& step, const std::string& label,
+                   double forward_ms) {
+  std::vector<std::pair<std::string, double>> stages;
+  check(m.profile_step(step, &stages), "profile");
+  double total = 0;
+  std::string line;
+  for (const auto& [name, ms] : stages) {
+    total += ms;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s=%.3f", name.c_str(), ms);
+    line += buf;
+  }
+  std::printf("profile %s: device %.3f ms (eager) vs forward %.3f ms (graph):%s\n", label.c_str(), total, forward_ms,
+              line.c_str());
+}
+
 // Decode steps: `batch` sequences each at context `ctx` (KV prefilled with random values).
-double time_decode(st::engine::cuda::CudaModel& m, int batch, int ctx, int reps) {
+double time_decode(st::engine::cuda::CudaModel& m, int batch, int ctx, int reps, const std::string& profile_label = "") {
   const int page = 16, stride = (ctx + page - 1) / page;
   std::vector<int32_t> tokens(batch), positions(batch), rows(batch), argmax(batch), tables(size_t(batch) * stride);
   std::vector<st::engine::StepSequence> seqs(batch);
@@ -184,10 +201,11 @@ double time_decode(st::engine::cuda::CudaModel& m, int batch, int ctx, int reps)
     const auto t1 = std::chrono::steady_clock::now();
     if (i >= 3) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
+  if (!profile_label.empty()) print_profile(m, step, profile_label, median(t));
   return median(t);
 }
 
-double time_prefill(st::engine::cuda::CudaModel& m, int len, int reps) {
+double time_prefill(st::engine::cuda::CudaModel& m, int len, int reps, const std::string& profile_label) {
   const int page = 16, stride = (len + page - 1) / page;
   std::vector<int32_t> tokens(len), positions(len), rows{len - 1}, argmax(1), table(stride);
   for (int i = 0; i < len; ++i) tokens[i] = (i * 7919) % m.config().vocab, positions[i] = i;
@@ -209,6 +227,7 @@ double time_prefill(st::engine::cuda::CudaModel& m, int len, int reps) {
     const auto t1 = std::chrono::steady_clock::now();
     if (i >= 1) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
+  print_profile(m, step, profile_label, median(t));
   return median(t);
 }
 
@@ -296,7 +315,9 @@ int main(int argc, char** argv) {
           r.kv = kn::kv_dtype_name(kv);
           r.batch = b;
           r.context = ctx;
-          r.ms = time_decode(*m, b, ctx, reps);
+          const bool prof = kv == kn::KvCacheDtype::kBf16 || fm.name == "bf16";
+          r.ms = time_decode(*m, b, ctx, reps,
+                             prof ? "decode " + fm.name + " " + r.kv + " b" + std::to_string(b) : std::string());
           r.bytes = wbytes + b * ctx * kv_bytes_per_token(kv);
           r.flops = 2.0 * b * (linear_params + double(cfg.vocab) * d) + 4.0 * b * ctx * cfg.layers * cfg.q_dim();
           emit(roofline(r, ceil));
@@ -310,7 +331,7 @@ int main(int argc, char** argv) {
         r.kv = "bf16";
         r.batch = 1;
         r.context = len;
-        r.ms = time_prefill(*m, len, std::max(3, reps / 4));
+        r.ms = time_prefill(*m, len, std::max(3, reps / 4), "prefill " + fm.name + " 4096");
         r.bytes = wbytes + double(len) * kv_bytes_per_token(kv);
         r.flops = 2.0 * len * linear_params + 2.0 * double(cfg.vocab) * d +
                   4.0 * cfg.layers * cfg.q_dim() * (double(len) * (len + 1) / 2);
@@ -344,7 +365,10 @@ int main(int argc, char** argv) {
       }
     }
     if (do_long) {
-      for (kn::KvCacheDtype kv : {kn::KvCacheDtype::kBf16, kn::KvCacheDtype::kFp8E4M3}) {
+      for (const auto& [kv, splits] : std::vector<std::pair<kn::KvCacheDtype, int>>{
+               {kn::KvCacheDtype::kBf16, 0}, {kn::KvCacheDtype::kFp8E4M3, 0}, {kn::KvCacheDtype::kBf16, 8},
+               {kn::KvCacheDtype::kFp8E4M3, 8}, {kn::KvCacheDtype::kBf16, 32}, {kn::KvCacheDtype::kFp8E4M3, 32}}) {
+        if (splits != 0 && fm.name != "int4g128") continue;
         auto m = std::make_unique<st::engine::cuda::CudaModel>();
         check(m->init(0), "init");
         check(m->generate(cfg, {fm.format, fm.group, 1}), "generate");
@@ -354,6 +378,7 @@ int main(int argc, char** argv) {
         o.max_output_rows = 8;
         o.max_context = 32768;
         o.max_step_tokens = 8;
+        o.decode_kv_splits = splits;
         o.cuda_graph_max_bs = 8;
         check(m->prepare(o), "prepare long");
         check(m->fill_kv_random(13), "fill kv");
@@ -362,10 +387,10 @@ int main(int argc, char** argv) {
           Row r;
           r.what = "decode32k";
           r.weights = fm.name;
-          r.kv = kn::kv_dtype_name(kv);
+          r.kv = std::string(kn::kv_dtype_name(kv)) + (splits ? "/s" + std::to_string(splits) : "");
           r.batch = b;
           r.context = ctx;
-          r.ms = time_decode(*m, b, ctx, reps);
+          r.ms = time_decode(*m, b, ctx, reps, "decode32k " + fm.name + " " + r.kv + " b" + std::to_string(b));
           r.bytes = double(m->weight_bytes()) + double(b) * ctx * kv_bytes_per_token(kv);
           r.flops = 2.0 * b * (linear_params + double(cfg.vocab) * d) + 4.0 * b * double(ctx) * cfg.layers * cfg.q_dim();
           emit(roofline(r, ceil));

@@ -41,6 +41,7 @@ int values_per_chunk(kn::WeightFormat f) {
 }  // namespace
 
 CudaModel::~CudaModel() {
+  for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
   for (auto& [bs, g] : graphs_) cudaGraphExecDestroy(g);
   if (cublas_) cublasDestroy(cublas_);
   for (void* p : allocations_) cudaFree(p);
@@ -445,7 +446,9 @@ Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, float* y, int
 
 Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out) {
   const ModelConfig& c = cfg_;
+  mark("start");
   SOARTUNE_CUDA_TRY(kn::embedding_gather_run(d_tokens_, embed_, residual_, T, c.hidden, stream_));
+  mark("embed");
   for (size_t l = 0; l < layers_.size(); ++l) {
     const CudaLayer& L = layers_[l];
     kn::RmsNormArgs na;
@@ -457,7 +460,9 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     na.d = c.hidden;
     na.eps = c.rms_eps;
     SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
+    mark("rmsnorm");
     SOARTUNE_STATUS_TRY(linear(L.qkv, xn_, wide_, T));
+    mark("linear_qkv");
     kn::RopeKvArgs ra;
     ra.qkv = wide_;
     ra.bias = L.qkv_bias;
@@ -474,6 +479,7 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     ra.kv_dtype = opt_.kv_dtype;
     ra.rope_theta = c.rope_theta;
     SOARTUNE_CUDA_TRY(kn::rope_kv_write_run(ra, stream_));
+    mark("rope_kv_write");
     if (decode_only) {
       kn::DecodeAttentionArgs da;
       da.q = q_;
@@ -517,13 +523,19 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
       SOARTUNE_KERNEL_TRY(kn::prefill_attention_plan(pa, opt_.prefill_attn_block, &plan));
       SOARTUNE_CUDA_TRY(kn::prefill_attention_run(pa, plan, stream_));
     }
+    mark("attention");
     SOARTUNE_STATUS_TRY(linear(L.o, attn_, add_, T));
+    mark("linear_o");
     na.add = add_;
     na.gamma = L.mlp_norm;
     SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
+    mark("rmsnorm");
     SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T));
+    mark("linear_gate_up");
     SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_));
+    mark("swiglu");
     SOARTUNE_STATUS_TRY(linear(L.down, xn_, add_, T));
+    mark("linear_down");
   }
   if (rows_out == 0) return Status::Ok();  // a prefill chunk that only fills the KV cache
   kn::RmsNormArgs fa;
@@ -536,8 +548,11 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
   fa.d = c.hidden;
   fa.eps = c.rms_eps;
   SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(fa, stream_));
+  mark("rmsnorm");
   SOARTUNE_STATUS_TRY(linear(lm_head_, xn_, logits_, rows_out));
+  mark("lm_head");
   SOARTUNE_CUDA_TRY(kn::argmax_run(logits_, rows_out, c.vocab, d_argmax_, stream_));
+  mark("argmax");
   return Status::Ok();
 }
 
@@ -618,7 +633,7 @@ Status CudaModel::forward(const Step& step, StepOutput& out) {
   auto it = decode_only && R == T ? graphs_.find(T) : graphs_.end();
   bool rows_identity = true;
   for (int r = 0; r < R; ++r) rows_identity = rows_identity && step.output_rows[r] == r;
-  if (it != graphs_.end() && rows_identity) {
+  if (it != graphs_.end() && rows_identity && !force_eager_) {
     SOARTUNE_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
   } else {
     SOARTUNE_STATUS_TRY(run_layers(T, decode_only, S, max_q_len, decode_only ? opt_.max_context : max_seq_len, R));
@@ -629,6 +644,43 @@ Status CudaModel::forward(const Step& step, StepOutput& out) {
                                       cudaMemcpyDeviceToHost, stream_));
   SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
   std::copy(h_argmax_, h_argmax_ + R, out.argmax.begin());
+  return Status::Ok();
+}
+
+void CudaModel::mark(const char* stage) {
+  if (!profiling_ || capturing_ || prof_n_ >= prof_events_.size()) return;
+  cudaEventRecord(prof_events_[prof_n_], stream_);
+  prof_names_[prof_n_++] = stage;
+}
+
+Status CudaModel::profile_step(const Step& step, std::vector<std::pair<std::string, double>>* stages) {
+  const size_t n = size_t(cfg_.layers) * 12 + 16;
+  if (prof_events_.size() < n) {
+    for (size_t i = prof_events_.size(); i < n; ++i) {
+      cudaEvent_t e;
+      SOARTUNE_CUDA_TRY(cudaEventCreate(&e));
+      prof_events_.push_back(e);
+    }
+    prof_names_.resize(n);
+  }
+  std::vector<int32_t> argmax(step.output_rows.size());
+  StepOutput out;
+  out.argmax = argmax;
+  profiling_ = true;
+  force_eager_ = true;
+  prof_n_ = 0;
+  Status s = forward(step, out);
+  profiling_ = false;
+  force_eager_ = false;
+  if (!s.ok()) return s;
+  stages->clear();
+  for (size_t i = 1; i < prof_n_; ++i) {
+    float ms = 0;
+    SOARTUNE_CUDA_TRY(cudaEventElapsedTime(&ms, prof_events_[i - 1], prof_events_[i]));
+    auto it = std::find_if(stages->begin(), stages->end(), [&](const auto& p) { return p.first == prof_names_[i]; });
+    if (it == stages->end()) stages->push_back({prof_names_[i], ms});
+    else it->second += ms;
+  }
   return Status::Ok();
 }
 

@@ -85,6 +85,9 @@ class CudaModel {
   Status prepare(const CudaOptions& opt);
 
   Status forward(const Step& step, StepOutput& out);
+  // Benchmarks: runs `step` without graphs, with device events between the stages, and returns the
+  // device time of each stage summed over layers (ms), in first-seen order.
+  Status profile_step(const Step& step, std::vector<std::pair<std::string, double>>* stages);
   // Benchmarks: every KV page of every layer filled with random finite values (as if prefilled).
   Status fill_kv_random(uint64_t seed);
 
@@ -149,6 +152,13 @@ class CudaModel {
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;
+
+  void mark(const char* stage);
+  bool profiling_ = false;
+  std::vector<cudaEvent_t> prof_events_;
+  std::vector<const char*> prof_names_;
+  size_t prof_n_ = 0;
+  bool force_eager_ = false;
 
   std::map<int, cudaGraphExec_t> graphs_;  // decode batch -> graph
   bool capturing_ = false;

@@ -18,6 +18,7 @@ inline std::string soartune_shared_dir_at_run_time() {
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/model_loader.h"
+#include "engine/quantize.h"
 #include "tests/engine/tiny_model.h"
 
 namespace soartune::engine {
@@ -40,13 +41,21 @@ const ModelWeights& tiny() {
   return w;
 }
 
+// The tiny model's weights rewritten for l's weight bits (a copy; 16-bit stays as loaded).
+ModelWeights weights_for(const LaunchConfig& l) {
+  ModelWeights w = tiny();
+  const Status s = quantize_model(w, l);
+  EXPECT_TRUE(s.ok()) << s.message;
+  return w;
+}
+
 std::unique_ptr<Engine> make_engine(const LaunchConfig& l) {
   EngineOptions o;
   o.launch = l;
   o.max_context = 256;
   auto b = make_cuda_backend(0);
   EXPECT_TRUE(b.ok()) << b.status().message;
-  auto e = Engine::create(std::move(b).value(), tiny(), o);
+  auto e = Engine::create(std::move(b).value(), weights_for(l), o);
   EXPECT_TRUE(e.ok()) << e.status().message;
   return e.ok() ? std::move(e).value() : nullptr;
 }
@@ -110,8 +119,9 @@ TEST(CudaModel, QuantisedWeightsAndFp8KvRunAndOrderByBits) {
   l4.weight_group_size = 128;
   const double p8 = teacher_forced_agreement(l8, 16), p4 = teacher_forced_agreement(l4, 16);
   std::printf("CUDA int8 + fp8 KV: %.2f%%, int4 g128: %.2f%%\n", p8, p4);
-  EXPECT_GE(p8, 90.0);
-  EXPECT_GE(p4, 50.0);
+  // The shared model's README: 8-bit g128 agrees with bf16 at 98.6%, 4-bit g128 at 81.9%.
+  EXPECT_GE(p8, 85.0);
+  EXPECT_GE(p4, 60.0);
   EXPECT_GT(p8, p4);
 }
 
