@@ -228,6 +228,7 @@ __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b
   }
 }
 
+template <int = 0>  // a template, so a build whose kernels leave it unused does not warn
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem_row) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -235,6 +236,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem_row) {
                : "r"(addr));
 }
 
+template <int = 0>
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_row) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -265,6 +267,9 @@ __device__ __forceinline__ void store_kv_smem(uint16_t* dst, const uint4& raw) {
 
 template <KvCacheDtype KV, int D, int BM>
 __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_kernel(PrefillParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // never launched: the plan picks SIMT when the built code predates mma.sync m16n8k16
+#else
   using T = std::conditional_t<KV == KvCacheDtype::kBf16, __nv_bfloat16, __half>;
   constexpr int kThreads = mma_threads_for(BM);
   constexpr int kBN = kMmaBlockN;
@@ -443,6 +448,21 @@ __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_ker
       store_act(a.out, a.act_dtype, base + 1, o[nd][3] * inv_hi);
     }
   }
+#endif
+}
+
+// Whether the code the driver runs for the tensor-core kernels was built for sm_80 or later (a build for an
+// older target leaves only the trap in them); false when no device answers.
+bool mma_kernels_runnable() {
+  static const bool ok = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, prefill_attention_mma_kernel<KvCacheDtype::kBf16, 128, 64>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return attr.binaryVersion >= 80;
+  }();
+  return ok;
 }
 
 template <KvCacheDtype KV, int D, int BM>
@@ -517,7 +537,7 @@ std::string prefill_attention_plan(const PrefillAttentionArgs& a, int block_m, P
   if (block_m != 32 && block_m != 64 && block_m != 128) return "prefill_attn_block: allowed 32, 64, 128";
   PrefillAttentionPlan p;
   p.block_m = block_m;
-  p.tensor_cores = allow_tensor_cores && a.head_dim <= 128;
+  p.tensor_cores = allow_tensor_cores && a.head_dim <= 128 && mma_kernels_runnable();
   p.block_n = p.tensor_cores ? kMmaBlockN : kBlockN;
   p.threads = p.tensor_cores ? mma_threads_for(block_m) : threads_for(block_m);
   p.grid_x = (a.max_q_len + block_m - 1) / block_m;

@@ -55,7 +55,8 @@ struct PrefillAttentionArgs {
 
 struct PrefillAttentionPlan {
   int block_m = 64;          // query rows per CTA (prefill_attn_block knob: 32, 64, 128)
-  bool tensor_cores = true;  // mma.sync variant (head_dim <= 128) or SIMT fp32
+  bool tensor_cores = true;  // mma.sync variant or SIMT fp32; the plan picks tensor cores when allowed,
+                             // head_dim <= 128 and the build holds sm_80+ code for the device
   int block_n = 64;          // KV tokens per tile (64 tensor cores, 32 SIMT)
   int threads = 0;
   int grid_x = 0;            // ceil(max_q_len / block_m)
