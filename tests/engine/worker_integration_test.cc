@@ -1,0 +1,113 @@
+// The built soartune-worker end to end on synthetic:tiny: one JSON object on stdout, exit codes.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct WorkerRun {
+  int rc = -1;
+  std::string out;
+};
+
+WorkerRun run_worker(const std::string& trial_text, const std::string& extra = "") {
+#ifndef SOARTUNE_WORKER_PATH
+  return {};
+#else
+  const fs::path dir = fs::temp_directory_path() / ("soartune-worker-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path trial = dir / "trial.yaml";
+  std::ofstream(trial) << trial_text;
+  const std::string cmd = std::string(SOARTUNE_WORKER_PATH) + " --trial " + trial.string() + " --threads 1 " + extra + " 2>/dev/null";
+  WorkerRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+#endif
+}
+
+std::string trial(const std::string& launch, const std::string& reference = "") {
+  return "model: synthetic:tiny\nbackend: auto\nseed: 3\nlaunch: " + launch +
+         "\nworkload:\n  name: t\n  requests:\n    - {name: a, input_len: 8, output_len: 6, count: 2}\n"
+         "    - {name: b, input_len: 24, output_len: 3, count: 1}\n"
+         "tiers: [1, 8, 0]\naccuracy: {set: synthetic, samples: 4, prompt_len: 12, continuation_len: 6}\n" + reference;
+}
+
+TEST(Worker, RunsATrialAndPrintsOneJsonResult) {
+#ifndef SOARTUNE_WORKER_PATH
+  GTEST_SKIP() << "soartune-worker not built";
+#endif
+  const WorkerRun r = run_worker(trial("{weight_bits: 8, weight_group_size: 64, kv_cache_dtype: fp8_e5m2, max_prefill_tokens: 16}"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_NE(j["engine_build"].get<std::string>().find('+'), std::string::npos);
+  ASSERT_EQ(j["tiers"].size(), 3u);
+  const char* names[] = {"c1", "c8", "cinf"};
+  for (int i = 0; i < 3; ++i) {
+    const auto& t = j["tiers"][i];
+    EXPECT_EQ(t["tier"], names[i]);
+    EXPECT_EQ(t["requests"], 3);
+    EXPECT_EQ(t["output_tokens"], 15);
+    EXPECT_GT(t["duration_s"].get<double>(), 0);
+    EXPECT_LE(t["ttft_ms"]["p50"].get<double>(), t["ttft_ms"]["p99"].get<double>());
+  }
+  EXPECT_EQ(j["accuracy"]["metric"], "fidelity");
+  EXPECT_EQ(j["accuracy"]["positions"], 24);
+  EXPECT_GT(j["accuracy"]["relative_pct"].get<double>(), 50);
+  EXPECT_LE(j["accuracy"]["relative_pct"].get<double>(), 100);
+  EXPECT_GT(j["peak_memory_bytes"].get<int64_t>(), 0);
+}
+
+TEST(Worker, ReferenceWriteThenRead) {
+#ifndef SOARTUNE_WORKER_PATH
+  GTEST_SKIP() << "soartune-worker not built";
+#endif
+  const fs::path ref = fs::temp_directory_path() / ("soartune-ref-" + std::to_string(::getpid()) + ".json");
+  WorkerRun w = run_worker(trial("{}", "reference: {write: " + ref.string() + "}\n"));
+  ASSERT_EQ(w.rc, 0) << w.out;
+  EXPECT_EQ(nlohmann::json::parse(w.out)["accuracy"]["relative_pct"], 100.0);
+  ASSERT_TRUE(fs::exists(ref));
+  // The reference config read back against its own outputs scores 100; a 4-bit candidate scores less.
+  WorkerRun same = run_worker(trial("{}", "reference: {read: " + ref.string() + "}\n"));
+  ASSERT_EQ(same.rc, 0) << same.out;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(same.out)["accuracy"]["relative_pct"].get<double>(), 100.0);
+  WorkerRun q4 = run_worker(trial("{weight_bits: 4, weight_group_size: 256}", "reference: {read: " + ref.string() + "}\n"));
+  ASSERT_EQ(q4.rc, 0) << q4.out;
+  EXPECT_LT(nlohmann::json::parse(q4.out)["accuracy"]["relative_pct"].get<double>(), 100.0);
+  fs::remove(ref);
+}
+
+TEST(Worker, BadConfigExitsTwoNamingTheField) {
+#ifndef SOARTUNE_WORKER_PATH
+  GTEST_SKIP() << "soartune-worker not built";
+#endif
+  WorkerRun r = run_worker(trial("{kv_cache_dtype: fp9}"));
+  EXPECT_EQ(r.rc, 2);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["ok"].get<bool>());
+  EXPECT_EQ(j["error"]["field"], "launch.kv_cache_dtype");
+  EXPECT_EQ(j["error"]["message"], "fp9 is not one of bf16, fp16, fp8_e4m3, fp8_e5m2");
+  std::string bad_model = trial("{}");
+  bad_model.replace(bad_model.find("synthetic:tiny"), 14, "synthetic:nope");
+  r = run_worker(bad_model);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["field"], "model");
+  r = run_worker(trial("{weight_bits: 4, weight_group_size: 0}"), "--backend cuda");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["field"], "backend");
+}
+
+}  // namespace
