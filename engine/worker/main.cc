@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/model_loader.h"
 #include "engine/quantize.h"
+#include "engine/system_memory.h"
 #include "engine/worker/accuracy.h"
 #include "engine/worker/tiers.h"
 #include "engine/worker/trial.h"
@@ -75,6 +76,20 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
     } else {
       spdlog::info("backend auto: using the CPU ({})", probe.status().message);
     }
+  }
+
+  if (choice.kind == "cpu") {
+    // The CPU backend keeps fp32 weights beside the 16-bit host copy: refuse before loading what cannot fit.
+    auto cfg = trial.model.rfind("synthetic:", 0) == 0 ? synthetic_config(trial.model.substr(10))
+               : trial.model.rfind("hf:", 0) == 0     ? read_hf_config(trial.model.substr(3))
+                                                      : Result<ModelConfig>(Status::Invalid("model: '" + trial.model + "' is not one of hf:<dir>, synthetic:<preset>"));
+    if (!cfg.ok()) return fail(cfg.status(), true, "model");
+    const std::size_t need = static_cast<std::size_t>(cfg.value().parameter_count()) * 6;
+    const std::size_t avail = available_memory_bytes();
+    if (avail && need > avail * 9 / 10)
+      return fail(Status::Exhausted("model: " + trial.model + " needs about " + std::to_string(need >> 30) + " GiB of host memory on the " +
+                                    "cpu backend (fp32 weights plus the 16-bit copy); " + std::to_string(avail >> 30) + " GiB available"),
+                  false);
   }
 
   const auto t_load = std::chrono::steady_clock::now();

@@ -1,6 +1,9 @@
 #include "engine/worker/trial.h"
 
+#include <algorithm>
 #include <filesystem>
+
+#include <spdlog/spdlog.h>
 
 namespace soartune::engine::worker {
 
@@ -27,8 +30,8 @@ Result<TrialSpec> load_trial(const std::string& path) {
   static const char* kKeys[] = {"model", "backend", "seed", "launch", "layer_overrides", "workload", "tiers", "accuracy", "reference", "name"};
   for (const auto& kv : root) {
     const std::string k = kv.first.as<std::string>();
-    if (std::find(std::begin(kKeys), std::end(kKeys), k) == std::end(kKeys))
-      return Status::Invalid(k + ": unknown key; allowed: model, backend, seed, launch, layer_overrides, workload, tiers, accuracy, reference");
+    // Unknown top-level keys are tolerated (a newer exporter may add some); knobs inside launch are not.
+    if (std::find(std::begin(kKeys), std::end(kKeys), k) == std::end(kKeys)) spdlog::warn("trial: ignoring unknown key {}", k);
   }
   TrialSpec t;
   if (!root["model"] || !root["model"].IsScalar()) return Status::Invalid("model: missing; allowed: hf:<dir>, synthetic:<preset>");
