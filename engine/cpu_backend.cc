@@ -165,8 +165,8 @@ class CpuBackend final : public Backend {
     attn_.assign(T * qd, 0.f);
     gu_.assign(T * 2 * f, 0.f);
     act_.assign(T * f, 0.f);
-    rows_.assign(static_cast<std::size_t>(max_R_) * d, 0.f);
-    logits_.assign(static_cast<std::size_t>(max_R_) * c_.vocab, 0.f);
+    rows_.assign(static_cast<std::size_t>(std::min(max_R_, kLogitRows)) * d, 0.f);
+    logits_.assign(static_cast<std::size_t>(std::min(max_R_, kLogitRows)) * c_.vocab, 0.f);
     token_seq_.assign(T, 0);
     scores_.assign(static_cast<std::size_t>(threads_) * max_ctx_, 0.f);
     return Status::Ok();
@@ -216,18 +216,23 @@ class CpuBackend final : public Backend {
       }
       linear(pool_, act_.data(), T, f, l.wdown, d, x_.data(), true);
     }
-    for (int r = 0; r < R; ++r) {
-      const int t = step.output_rows[static_cast<std::size_t>(r)];
-      rmsnorm(&x_[static_cast<std::size_t>(t) * d], final_norm_.data(), d, c_.rms_eps, &rows_[static_cast<std::size_t>(r) * d]);
-    }
-    linear(pool_, rows_.data(), R, d, lm_head_, c_.vocab, logits_.data(), false);
-    for (int r = 0; r < R; ++r) {
-      const float* lg = &logits_[static_cast<std::size_t>(r) * c_.vocab];
-      out.argmax[static_cast<std::size_t>(r)] = static_cast<int32_t>(std::max_element(lg, lg + c_.vocab) - lg);
-    }
-    if (!out.logits.empty()) {
-      if (out.logits.size() < static_cast<std::size_t>(R) * c_.vocab) return Status::Internal("cpu backend: logits output too small");
-      std::copy(logits_.begin(), logits_.begin() + static_cast<std::ptrdiff_t>(R) * c_.vocab, out.logits.begin());
+    // Final norm and lm_head over the output rows, kLogitRows at a time (teacher forcing asks for many).
+    if (!out.logits.empty() && out.logits.size() < static_cast<std::size_t>(R) * c_.vocab)
+      return Status::Internal("cpu backend: logits output too small");
+    for (int r0 = 0; r0 < R; r0 += kLogitRows) {
+      const int rn = std::min(kLogitRows, R - r0);
+      for (int r = 0; r < rn; ++r) {
+        const int t = step.output_rows[static_cast<std::size_t>(r0 + r)];
+        rmsnorm(&x_[static_cast<std::size_t>(t) * d], final_norm_.data(), d, c_.rms_eps, &rows_[static_cast<std::size_t>(r) * d]);
+      }
+      linear(pool_, rows_.data(), rn, d, lm_head_, c_.vocab, logits_.data(), false);
+      for (int r = 0; r < rn; ++r) {
+        const float* lg = &logits_[static_cast<std::size_t>(r) * c_.vocab];
+        out.argmax[static_cast<std::size_t>(r0 + r)] = static_cast<int32_t>(std::max_element(lg, lg + c_.vocab) - lg);
+      }
+      if (!out.logits.empty())
+        std::copy(logits_.begin(), logits_.begin() + static_cast<std::ptrdiff_t>(rn) * c_.vocab,
+                  out.logits.begin() + static_cast<std::ptrdiff_t>(r0) * c_.vocab);
     }
     return Status::Ok();
   }
@@ -367,7 +372,8 @@ class CpuBackend final : public Backend {
   std::vector<float> qkv_;                               // [T][qd + 2 kvd]
   std::vector<float> attn_;                              // [T][qd]
   std::vector<float> gu_, act_;                          // [T][2f], [T][f]
-  std::vector<float> rows_, logits_;                     // [R][d], [R][vocab]
+  static constexpr int kLogitRows = 128;
+  std::vector<float> rows_, logits_;                     // [kLogitRows][d], [kLogitRows][vocab]
   std::vector<int> token_seq_;                           // [T] index into step.seqs
   std::vector<float> scores_;                            // [threads][max_ctx]
   DecodeTables tables_;

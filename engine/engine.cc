@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <string>
 
 namespace soartune::engine {
@@ -15,7 +16,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Backend> backend,
   plan.weights = &weights;
   plan.launch = l;
   plan.max_sequences = l.max_running_requests;
-  plan.max_step_tokens = l.max_prefill_tokens + l.max_running_requests;
+  // A step never prefills more than the running sequences can hold, whatever the budget says.
+  const int64_t prefill_cap = std::min<int64_t>(l.max_prefill_tokens, int64_t{l.max_running_requests} * options.max_context);
+  plan.max_step_tokens = static_cast<int>(prefill_cap) + l.max_running_requests;
   plan.max_output_rows = plan.max_step_tokens;   // teacher forcing scores every prefill row
   plan.max_context = options.max_context;
   plan.kv_pages = options.kv_pages;

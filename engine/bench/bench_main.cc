@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
             r.kv = v;
             r.batch = b;
             r.context = 512;
-            r.ms = time_decode(*m, b, 512, reps);
+            r.ms = time_decode(*m, b, 512, reps, "variant " + fm.name + " " + v + " b" + std::to_string(b));
             r.bytes = double(m->weight_bytes()) + b * 512 * kv_bytes_per_token(kn::KvCacheDtype::kBf16);
             r.flops = 2.0 * b * (linear_params + double(cfg.vocab) * d);
             emit(roofline(r, ceil));

@@ -104,7 +104,14 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   const AccuracySet set = set_or.value();
   const std::vector<WorkloadRequest> requests = expand_workload(trial.workload, trial.seed, model.vocab);
   EngineOptions options;
+  int kv_sequences = 0;   // CPU: sequences the KV pool is sized for
   options.max_context = std::max(trial.workload.max_total_len(), set.max_len()) + 1;
+  if (choice.kind == "cpu") {
+    // Pages for as many sequences as can ever run at once here, at their longest; the CUDA backend sizes
+    // its pool from mem_fraction_pct instead.
+    const int seqs = std::max(trial.workload.total_requests(), static_cast<int>(set.items.size()));
+    kv_sequences = std::max(1, seqs);
+  }
   double load_s = seconds_since(t_load);
 
   // Reference outputs: read, or computed here with the reference config before quantising.
@@ -127,6 +134,9 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
     if (!backend.ok()) return fail(backend.status(), false);
     EngineOptions ref_options = options;
     ref_options.launch = LaunchConfig::reference();
+    if (kv_sequences)
+      ref_options.kv_pages = std::min(kv_sequences, ref_options.launch.max_running_requests) *
+                             pages_for(options.max_context, ref_options.launch.kv_page_size);
     auto engine = Engine::create(std::move(backend).value(), weights, ref_options);
     if (!engine.ok()) return fail(engine.status(), is_config_error(engine.status()));
     auto r = compute_reference(*engine.value(), set);
@@ -138,6 +148,8 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   const auto t_quant = std::chrono::steady_clock::now();
   if (Status s = quantize_model(weights, trial.launch); !s.ok()) return fail(s, true);
   options.launch = trial.launch;
+  if (kv_sequences)
+    options.kv_pages = std::min(kv_sequences, trial.launch.max_running_requests) * pages_for(options.max_context, trial.launch.kv_page_size);
   auto backend = make_backend(choice);
   if (!backend.ok()) return fail(backend.status(), false);
   auto engine_or = Engine::create(std::move(backend).value(), weights, options);
