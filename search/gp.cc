@@ -15,13 +15,16 @@ constexpr double kSqrt5 = 2.23606797749979;
 constexpr double kLog2Pi = 1.8378770664093453;
 
 // Bounds of theta; standardised targets on inputs in [0, 1].
-constexpr double kLogLengthLow = -3.912, kLogLengthHigh = 3.0;      // 0.02 .. 20
+constexpr double kLogLengthLow = -3.912, kLogLengthHigh = 4.6;      // 0.02 .. 100
 constexpr double kLogSignalLow = -6.9, kLogSignalHigh = 3.9;        // 1e-3 .. 50
 constexpr double kLogNoiseLow = -13.8, kLogNoiseHigh = 0.7;         // 1e-6 .. 2
 constexpr double kMeanLow = -5, kMeanHigh = 5;
 
-// Weak priors: length-scale around half the cube, signal around the data's spread, noise small.
-constexpr double kLogLengthPrior = -0.69, kLogLengthPriorSd = 1.2;
+// Weak priors: signal around the data's spread, noise small; the length-scale prior's centre grows with the
+// dimension (as sqrt(D) / 2 at D = 1 .. ), since in more dimensions a point's neighbours are farther away
+// and one knob alone rarely changes the response much.
+constexpr double kLogLengthPriorSd = 1.2;
+double log_length_prior(int dims) { return std::log(0.5) + 0.5 * std::log(std::max(1, dims)); }
 constexpr double kLogSignalPrior = 0.0, kLogSignalPriorSd = 1.5;
 constexpr double kLogNoisePrior = -5.0, kLogNoisePriorSd = 2.5;
 constexpr double kMeanPriorSd = 1.5;
@@ -115,7 +118,7 @@ double gp_log_prior(const Eigen::VectorXd& theta, Eigen::VectorXd* grad) {
     lp -= 0.5 * z * z;
     if (grad) (*grad)[i] = -z / sd;
   };
-  for (int d = 0; d < D; ++d) term(d, kLogLengthPrior, kLogLengthPriorSd);
+  for (int d = 0; d < D; ++d) term(d, log_length_prior(D), kLogLengthPriorSd);
   term(D, kLogSignalPrior, kLogSignalPriorSd);
   term(D + 1, kLogNoisePrior, kLogNoisePriorSd);
   term(D + 2, 0.0, kMeanPriorSd);
@@ -162,7 +165,7 @@ void Gp::fit(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, const Options& 
   Eigen::VectorXd ys = (y.array() - y_mean_) / y_sd_;
 
   Eigen::VectorXd theta0(D + 3);
-  theta0.head(D).setConstant(kLogLengthPrior);
+  theta0.head(D).setConstant(log_length_prior(D));
   theta0[D] = 0.0;
   theta0[D + 1] = std::log(1e-2);
   theta0[D + 2] = 0.0;
