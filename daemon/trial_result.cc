@@ -33,17 +33,15 @@ bool parse_result(const std::string& out, json& j) {
   if (t.empty()) return false;
   j = json::parse(t, nullptr, false);
   if (!j.is_discarded() && j.is_object()) return true;
-  std::istringstream in(t);
-  std::string line;
-  bool found = false;
-  while (std::getline(in, line)) {
-    json k = json::parse(trimmed(line), nullptr, false);
+  // From the last line that opens an object: the result is printed last.
+  for (size_t pos = t.rfind("\n{"); pos != std::string::npos; pos = pos == 0 ? std::string::npos : t.rfind("\n{", pos - 1)) {
+    json k = json::parse(t.substr(pos + 1), nullptr, false);
     if (!k.is_discarded() && k.is_object()) {
       j = std::move(k);
-      found = true;
+      return true;
     }
   }
-  return found;
+  return false;
 }
 
 double num(const json& j, const char* key, double fallback = 0) {

@@ -1,0 +1,189 @@
+// Job-spec validation: a good spec parses; every bad one is rejected with an error that names its field.
+#include "daemon/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace soartune::daemon {
+namespace {
+
+using testing::TempDir;
+using testing::write_file;
+
+const char* kWorkload = R"(name: small
+requests:
+  - {name: short-long, input_len: 8, output_len: 16, count: 2}
+  - {name: long-short, input_len: 64, output_len: 4, count: 1}
+)";
+
+std::string good_spec() {
+  return R"(name: t
+model: synthetic:tiny
+backend: cpu
+strategy: random
+seed: 3
+budget: {trials: 5, time_s: 60, stop_when: {ei_below_pct: 0.5, rounds: 2}}
+trial_timeout_s: 30
+workload: small
+accuracy: {set: synthetic, samples: 4}
+reference: {kv_page_size: 32}
+fixed: {max_prefill_tokens: 256}
+space:
+  weight_bits: {type: choice, values: [16, 8, 4]}
+  weight_group_size: {type: choice, values: [32, 128], when: {weight_bits: [4]}}
+  kv_cache_dtype: {type: choice, values: [bf16, fp8_e4m3]}
+warm_start: true
+)";
+}
+
+class JobSpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override { write_file(dir_.file("workloads/small.yaml"), kWorkload); }
+  search::Result<JobSpec> parse(const std::string& text) {
+    return parse_job_spec(text, SpecContext{dir_.file("workloads")});
+  }
+  // Replaces the line starting with `key:` (top level) by `line`, or appends `line`.
+  std::string with(const std::string& key, const std::string& line) {
+    std::string s = good_spec();
+    size_t pos = s.find("\n" + key + ":");
+    if (pos == std::string::npos) return s + line + "\n";
+    size_t end = s.find('\n', pos + 1);
+    // Nested blocks (space:) run until the next top-level key.
+    while (end != std::string::npos && end + 1 < s.size() && s[end + 1] == ' ') end = s.find('\n', end + 1);
+    return s.substr(0, pos + 1) + line + s.substr(end);
+  }
+  void expect_error(const std::string& text, const std::string& field) {
+    search::Result<JobSpec> r = parse(text);
+    ASSERT_FALSE(r.ok()) << "accepted:\n" << text;
+    EXPECT_EQ(r.status().code, search::Code::kInvalidArgument);
+    EXPECT_EQ(r.status().message.rfind(field + ":", 0), 0u)
+        << "error does not start with '" << field << ":': " << r.status().message;
+  }
+  TempDir dir_;
+};
+
+TEST_F(JobSpecTest, GoodSpecParses) {
+  search::Result<JobSpec> r = parse(good_spec());
+  ASSERT_TRUE(r.ok()) << r.status().message;
+  const JobSpec& s = r.value();
+  EXPECT_EQ(s.model, "synthetic:tiny");
+  EXPECT_EQ(s.backend, "cpu");
+  EXPECT_EQ(s.strategy, "random");
+  EXPECT_EQ(s.seed, 3u);
+  EXPECT_EQ(s.trial_budget, 5);
+  ASSERT_TRUE(s.time_budget_s);
+  EXPECT_DOUBLE_EQ(*s.time_budget_s, 60);
+  ASSERT_TRUE(s.stop_when);
+  EXPECT_EQ(s.stop_when->rounds, 2);
+  EXPECT_TRUE(s.warm_start);
+  EXPECT_EQ(s.workload_name, "small");
+  EXPECT_EQ(s.space.params().size(), 3u);
+  // The reference config: catalogue defaults, `reference:` and `fixed:` on top.
+  EXPECT_EQ(search::to_text(s.reference.at("kv_page_size")), "32");
+  EXPECT_EQ(search::to_text(s.reference.at("max_prefill_tokens")), "256");
+  EXPECT_EQ(search::to_text(s.reference.at("weight_bits")), "16");
+}
+
+TEST_F(JobSpecTest, DefaultsWhenOptionalFieldsAreAbsent) {
+  search::Result<JobSpec> r = parse("model: synthetic:tiny\nworkload: small\nspace:\n  weight_bits: {type: choice, values: [16, 8]}\n");
+  ASSERT_TRUE(r.ok()) << r.status().message;
+  EXPECT_EQ(r.value().strategy, "bayes");
+  EXPECT_EQ(r.value().backend, "auto");
+  EXPECT_FALSE(r.value().warm_start);
+  EXPECT_EQ(r.value().accuracy["set"].Scalar(), "synthetic");
+}
+
+TEST_F(JobSpecTest, TrialConfigOverlaysSuggestionOnReference) {
+  JobSpec s = parse(good_spec()).value();
+  search::Config sug = {{"weight_bits", int64_t{4}}, {"weight_group_size", int64_t{32}},
+                        {"kv_cache_dtype", std::string("fp8_e4m3")}};
+  search::Config c = trial_config(s, sug);
+  EXPECT_EQ(search::to_text(c.at("weight_bits")), "4");
+  EXPECT_EQ(search::to_text(c.at("weight_group_size")), "32");
+  EXPECT_EQ(search::to_text(c.at("kv_page_size")), "32");          // from reference:
+  EXPECT_EQ(search::to_text(c.at("max_prefill_tokens")), "256");   // from fixed:
+  // An inactive conditional parameter takes the reference value.
+  search::Config c16 = trial_config(s, {{"weight_bits", int64_t{16}}, {"kv_cache_dtype", std::string("bf16")}});
+  EXPECT_EQ(c16.at("weight_group_size"), s.reference.at("weight_group_size"));
+  search::Config view = space_view(s, c16);
+  EXPECT_EQ(view.count("weight_group_size"), 0u);
+  EXPECT_EQ(view.count("kv_page_size"), 0u);
+}
+
+TEST_F(JobSpecTest, TrialFileCarriesEverythingTheWorkerNeeds) {
+  JobSpec s = parse(good_spec()).value();
+  std::string y = trial_yaml(s, s.reference, ReferenceFile{"/w/reference.json", ""}, {"a header"});
+  YAML::Node n = YAML::Load(y);
+  EXPECT_EQ(y.rfind("# a header\n", 0), 0u);
+  EXPECT_EQ(n["model"].Scalar(), "synthetic:tiny");
+  EXPECT_EQ(n["backend"].Scalar(), "cpu");
+  EXPECT_EQ(n["seed"].as<int>(), 3);
+  EXPECT_EQ(n["launch"]["kv_page_size"].as<int>(), 32);
+  EXPECT_EQ(n["launch"].size(), s.reference.size());
+  EXPECT_EQ(n["workload"]["name"].Scalar(), "small");
+  EXPECT_EQ(n["workload"]["requests"].size(), 2u);
+  EXPECT_EQ(n["tiers"].size(), 3u);
+  EXPECT_EQ(n["tiers"][2].as<int>(), 0);
+  EXPECT_EQ(n["accuracy"]["samples"].as<int>(), 4);
+  EXPECT_EQ(n["reference"]["write"].Scalar(), "/w/reference.json");
+  EXPECT_FALSE(n["reference"]["read"].IsDefined());
+  // Without reference files there is no `reference:` section (the exported form).
+  EXPECT_FALSE(YAML::Load(trial_yaml(s, s.reference, ReferenceFile{}))["reference"].IsDefined());
+}
+
+TEST_F(JobSpecTest, InlineWorkload) {
+  search::Result<JobSpec> r =
+      parse(with("workload", "workload: {name: mine, requests: [{input_len: 4, output_len: 4, count: 1}]}"));
+  ASSERT_TRUE(r.ok()) << r.status().message;
+  EXPECT_EQ(r.value().workload_name, "mine");
+}
+
+TEST_F(JobSpecTest, EveryErrorNamesItsField) {
+  expect_error("model: [1\n", "spec_yaml");
+  expect_error("- a\n- b\n", "spec_yaml");
+  expect_error(with("colour", "colour: blue"), "colour");
+  expect_error(with("model", "# no model"), "model");
+  expect_error(with("model", "model: llama"), "model");
+  expect_error(with("model", "model: \"synthetic:\""), "model");
+  expect_error(with("model", "model: hf:/nonexistent/dir"), "model");
+  expect_error(with("backend", "backend: gpu"), "backend");
+  expect_error(with("strategy", "strategy: grid"), "strategy");
+  expect_error(with("seed", "seed: -1"), "seed");
+  expect_error(with("budget", "budget: {trials: 0}"), "budget.trials");
+  expect_error(with("budget", "budget: {trials: many}"), "budget.trials");
+  expect_error(with("budget", "budget: {time_s: -5}"), "budget.time_s");
+  expect_error(with("budget", "budget: {trials: 3, turns: 2}"), "budget.turns");
+  expect_error(with("budget", "budget: {stop_when: {rounds: 2}}"), "budget.stop_when.ei_below_pct");
+  expect_error(with("budget", "budget: {stop_when: {ei_below_pct: 1, rounds: 0}}"), "budget.stop_when.rounds");
+  expect_error(with("budget", "budget: 5"), "budget");
+  expect_error(with("parallel_trials", "parallel_trials: 0"), "parallel_trials");
+  expect_error(with("trial_timeout_s", "trial_timeout_s: 0"), "trial_timeout_s");
+  expect_error(with("workload", "workload: nope"), "workload");
+  expect_error(with("workload", "# no workload"), "workload");
+  expect_error(with("workload", "workload: {name: w}"), "workload.requests");
+  expect_error(with("workload", "workload: {requests: [{input_len: 4, output_len: 4, count: 0}]}"),
+               "workload.requests[0].count");
+  expect_error(with("workload", "workload: {requests: [{input_len: 4, count: 1}]}"), "workload.requests[0].output_len");
+  expect_error(with("accuracy", "accuracy: {set: /nonexistent/eval.jsonl}"), "accuracy.set");
+  expect_error(with("accuracy", "accuracy: {set: eval.txt}"), "accuracy.set");
+  expect_error(with("accuracy", "accuracy: {samples: 0}"), "accuracy.samples");
+  expect_error(with("accuracy", "accuracy: {sample: 3}"), "accuracy.sample");
+  expect_error(with("scoring", "scoring: {weights: {c1: x}}"), "scoring.weights.c1");
+  expect_error(with("space", "# no space"), "space");
+  expect_error(with("space", "space: {}"), "space");
+  expect_error(with("space", "space:\n  weight_bits: {type: choice, values: [16, 5]}"), "space.weight_bits.values[1]");
+  expect_error(with("space", "space:\n  warp_speed: {type: bool}"), "space.warp_speed");
+  expect_error(with("reference", "reference: {kv_cache_dtype: fp9}"), "reference.kv_cache_dtype");
+  expect_error(with("reference", "reference: {turbo: true}"), "reference.turbo");
+  expect_error(with("fixed", "fixed: {weight_bits: 8}"), "fixed.weight_bits");
+  expect_error(with("fixed", "fixed: {kv_page_size: [8, 16]}"), "fixed.kv_page_size");
+  expect_error(with("warm_start", "warm_start: maybe"), "warm_start");
+  expect_error(with("layer_overrides", "layer_overrides: {first: 8}"), "layer_overrides.first");
+  expect_error(with("layer_overrides", "layer_overrides: {\"2.attn\": 5}"), "layer_overrides.2.attn");
+  expect_error(with("submissions", "submissions: {timezone: Mars}"), "submissions.timezone");
+  expect_error(with("submissions", "submissions: {per_day: 0}"), "submissions.per_day");
+}
+
+}  // namespace
+}  // namespace soartune::daemon

@@ -1,0 +1,287 @@
+// Worker supervision: a worker that crashes, hangs, prints garbage or fails gives a FAILED trial with a precise
+// reason. The "workers" here are small shell scripts that only simulate those failures; a good result is a
+// hand-written JSON document checked by the parser.
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "daemon/job_manager.h"
+#include "daemon/store.h"
+#include "daemon/trial_result.h"
+#include "daemon/worker_process.h"
+#include "test_util.h"
+
+namespace soartune::daemon {
+namespace {
+
+using testing::TempDir;
+using testing::write_file;
+using testing::write_script;
+
+ProcessResult run_script(const TempDir& dir, const std::string& body, double timeout_s = 10, double grace_s = 1) {
+  ProcessSpec ps;
+  ps.argv = {write_script(dir.file("w.sh"), body)};
+  ps.timeout_s = timeout_s;
+  ps.kill_grace_s = grace_s;
+  return run_process(ps);
+}
+
+TrialOutcome interpret(const ProcessResult& r, TrialRecord& t, double timeout_s = 10) {
+  return interpret_worker_run(r, timeout_s, t);
+}
+
+const char* kGoodResult = R"({"ok": true, "backend": "cpu", "device": "cpu: 2 threads", "engine_build": "0.1.0+abc",
+ "tiers": [{"tier": "c1", "concurrency": 1, "duration_s": 1.5, "ttft_ms": {"p50": 1, "p90": 2, "p99": 3},
+            "tpot_ms": {"p50": 4, "p90": 5, "p99": 6}, "output_tokens_per_s": 100},
+           {"tier": "c8", "concurrency": 8, "duration_s": 0.5},
+           {"tier": "cinf", "concurrency": 0, "duration_s": 0.25}],
+ "accuracy": {"metric": "fidelity", "relative_pct": 98.5}, "peak_memory_bytes": 1234})";
+
+TEST(WorkerProcess, CapturesStdoutAndExitCode) {
+  TempDir d;
+  ProcessResult r = run_script(d, "echo hello; echo oops >&2; exit 3");
+  ASSERT_TRUE(r.started);
+  EXPECT_TRUE(r.exited);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out, "hello\n");
+  EXPECT_EQ(r.err_tail, "oops\n");
+}
+
+TEST(WorkerProcess, MissingProgramIsReported) {
+  ProcessSpec ps;
+  ps.argv = {"/nonexistent/soartune-worker"};
+  ProcessResult r = run_process(ps);
+  EXPECT_FALSE(r.started);
+  EXPECT_NE(r.spawn_error.find("/nonexistent/soartune-worker"), std::string::npos);
+  TrialRecord t;
+  TrialOutcome o = interpret(r, t);
+  EXPECT_EQ(o.status, TrialStatus::kFailed);
+  EXPECT_NE(o.error.find("did not start"), std::string::npos) << o.error;
+}
+
+TEST(WorkerProcess, CrashBySignalIsFailedWithTheSignal) {
+  TempDir d;
+  ProcessResult r = run_script(d, "echo 'loading model' >&2; kill -SEGV $$");
+  EXPECT_FALSE(r.exited);
+  EXPECT_EQ(r.term_signal, SIGSEGV);
+  TrialRecord t;
+  TrialOutcome o = interpret(r, t);
+  EXPECT_EQ(o.status, TrialStatus::kFailed);
+  EXPECT_EQ(o.failure_kind, "crash");
+  EXPECT_NE(o.error.find("SIGSEGV"), std::string::npos) << o.error;
+  EXPECT_NE(o.error.find("loading model"), std::string::npos) << o.error;
+  EXPECT_EQ(t.log_tail, "loading model");
+}
+
+TEST(WorkerProcess, KilledBySigkillLooksLikeOutOfMemory) {
+  TempDir d;
+  TrialRecord t;
+  TrialOutcome o = interpret(run_script(d, "kill -KILL $$"), t);
+  EXPECT_EQ(o.status, TrialStatus::kFailed);
+  EXPECT_EQ(o.failure_kind, "out of memory");
+  EXPECT_NE(o.error.find("SIGKILL"), std::string::npos) << o.error;
+}
+
+TEST(WorkerProcess, HangIsKilledAtTheTimeout) {
+  TempDir d;
+  auto t0 = std::chrono::steady_clock::now();
+  ProcessResult r = run_script(d, "sleep 30", 0.5);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_LT(s, 10);
+  TrialRecord t;
+  TrialOutcome o = interpret(r, t, 0.5);
+  EXPECT_EQ(o.status, TrialStatus::kFailed);
+  EXPECT_EQ(o.failure_kind, "timeout");
+  EXPECT_EQ(o.error.rfind("timeout", 0), 0u) << o.error;
+}
+
+TEST(WorkerProcess, WorkerIgnoringSigtermGetsSigkill) {
+  TempDir d;
+  ProcessResult r = run_script(d, "trap '' TERM; while true; do sleep 0.1; done", 0.3, 0.3);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_FALSE(r.exited);
+  EXPECT_EQ(r.term_signal, SIGKILL);
+}
+
+TEST(WorkerProcess, ChildrenOfTheWorkerDieWithIt) {
+  TempDir d;
+  std::string pidfile = d.file("child.pid");
+  ProcessResult r = run_script(d, "sleep 30 & echo $! > " + pidfile + "; wait", 0.3);
+  EXPECT_TRUE(r.timed_out);
+  std::ifstream in(pidfile);
+  pid_t child = 0;
+  in >> child;
+  ASSERT_GT(child, 0);
+  // Gone, or a zombie waiting for init to reap it.
+  char state = 'Z';
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    std::string pid_s, comm;
+    state = 'Z';
+    if (stat >> pid_s >> comm >> state) {
+      if (state == 'Z') break;
+    } else {
+      break;
+    }
+  }
+  EXPECT_EQ(state, 'Z') << "the worker's child survived";
+}
+
+TEST(WorkerProcess, CancelStopsTheWorker) {
+  TempDir d;
+  ProcessSpec ps;
+  ps.argv = {write_script(d.file("w.sh"), "sleep 30")};
+  ps.timeout_s = 60;
+  CancelFlag cancel;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel.cancel();
+  });
+  ProcessResult r = run_process(ps, &cancel);
+  t.join();
+  EXPECT_TRUE(r.cancelled);
+  EXPECT_FALSE(r.timed_out);
+  TrialRecord rec;
+  EXPECT_EQ(interpret(r, rec).status, TrialStatus::kCancelled);
+}
+
+TEST(WorkerProcess, GarbageOutputIsFailed) {
+  TempDir d;
+  TrialRecord t;
+  TrialOutcome o = interpret(run_script(d, "echo 'this is not json'"), t);
+  EXPECT_EQ(o.status, TrialStatus::kFailed);
+  EXPECT_NE(o.error.find("garbage output"), std::string::npos) << o.error;
+  EXPECT_NE(o.error.find("this is not json"), std::string::npos) << o.error;
+  TrialRecord t2;
+  TrialOutcome empty = interpret(run_script(d, "true"), t2);
+  EXPECT_EQ(empty.status, TrialStatus::kFailed);
+  EXPECT_NE(empty.error.find("printed nothing"), std::string::npos) << empty.error;
+}
+
+TEST(WorkerProcess, JsonErrorOfABadConfigIsTheReason) {
+  TempDir d;
+  TrialRecord t;
+  TrialOutcome o = interpret(
+      run_script(d, R"(echo '{"ok": false, "error": {"field": "launch.kv_cache_dtype", "message": "fp9 is not one of bf16"}}'; exit 2)"),
+      t);
+  EXPECT_EQ(o.status, TrialStatus::kFailed);
+  EXPECT_EQ(o.failure_kind, "invalid config");
+  EXPECT_EQ(o.error, "worker exit code 2: launch.kv_cache_dtype: fp9 is not one of bf16");
+}
+
+TEST(WorkerProcess, OutOfMemoryErrorIsClassified) {
+  TempDir d;
+  TrialRecord t;
+  TrialOutcome o =
+      interpret(run_script(d, R"(echo '{"ok": false, "error": {"message": "CUDA out of memory allocating KV"}}'; exit 1)"), t);
+  EXPECT_EQ(o.failure_kind, "out of memory");
+  EXPECT_NE(o.error.find("worker exit code 1"), std::string::npos);
+}
+
+TEST(WorkerProcess, NonZeroExitWithoutJsonNamesTheLastStderrLine) {
+  TempDir d;
+  TrialRecord t;
+  TrialOutcome o = interpret(run_script(d, "echo first >&2; echo 'engine: bad weights' >&2; exit 7"), t);
+  EXPECT_EQ(o.failure_kind, "exit code 7");
+  EXPECT_NE(o.error.find("engine: bad weights"), std::string::npos) << o.error;
+}
+
+TEST(WorkerProcess, LogTailKeepsTheLastLines) {
+  TempDir d;
+  TrialRecord t;
+  interpret(run_script(d, "i=0; while [ $i -lt 100 ]; do i=$((i+1)); echo line$i >&2; done; exit 1"), t);
+  EXPECT_EQ(t.log_tail.rfind("line61\n", 0), 0u) << t.log_tail.substr(0, 20);
+  EXPECT_EQ(t.log_tail.substr(t.log_tail.size() - 7), "line100");
+}
+
+TEST(TrialResult, GoodResultGivesMetrics) {
+  TempDir d;
+  write_file(d.file("r.json"), kGoodResult);
+  TrialRecord t;
+  TrialOutcome o = interpret(run_script(d, "echo 'a log line first'; cat " + d.file("r.json")), t);
+  ASSERT_EQ(o.status, TrialStatus::kComplete) << o.error;
+  ASSERT_EQ(t.tiers.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.tiers[0].duration_s, 1.5);
+  EXPECT_DOUBLE_EQ(t.tiers[0].tpot_p99_ms, 6);
+  EXPECT_EQ(t.tiers[2].tier, "cinf");
+  EXPECT_DOUBLE_EQ(t.relative_accuracy, 98.5);
+  EXPECT_EQ(t.accuracy_metric, "fidelity");
+  EXPECT_EQ(t.engine_build, "0.1.0+abc");
+  EXPECT_EQ(t.peak_memory_bytes, 1234);
+  search::TrialMetrics m = metrics_of(t);
+  EXPECT_DOUBLE_EQ(m.duration_s[1], 0.5);
+}
+
+TEST(TrialResult, MissingTierIsABadResult) {
+  TempDir d;
+  std::string doc = kGoodResult;
+  doc.replace(doc.find("\"cinf\""), 6, "\"c64\"");
+  write_file(d.file("r.json"), doc);
+  TrialRecord t;
+  TrialOutcome o = interpret(run_script(d, "cat " + d.file("r.json")), t);
+  EXPECT_EQ(o.status, TrialStatus::kFailed);
+  EXPECT_EQ(o.error, "bad worker result: tier cinf missing");
+}
+
+TEST(WorkerProcess, LastLines) {
+  EXPECT_EQ(last_lines("a\nb\nc\n", 2, 100), "b\nc");
+  EXPECT_EQ(last_lines("abc", 5, 100), "abc");
+  EXPECT_EQ(last_lines("", 5, 100), "");
+  EXPECT_EQ(last_lines("a\nbcdef", 5, 3), "def");
+}
+
+// Through the job runner: a worker that crashes on the reference trial fails the job with that reason.
+TEST(JobRunner, CrashingReferenceFailsTheJobWithTheReason) {
+  TempDir d;
+  DaemonConfig cfg;
+  cfg.database = d.file("t.db");
+  cfg.work_dir = d.file("work");
+  cfg.workloads_dir = d.file("workloads");
+  cfg.worker = write_script(d.file("worker.sh"), "echo 'about to crash' >&2; kill -SEGV $$");
+  auto store = Store::open(cfg.database);
+  ASSERT_TRUE(store.ok()) << store.status().message;
+  JobManager jobs(cfg, std::move(store).value());
+  ASSERT_TRUE(jobs.start().ok());
+  auto job = jobs.submit(
+      "model: synthetic:tiny\nworkload: {requests: [{input_len: 4, output_len: 4, count: 1}]}\n"
+      "budget: {trials: 3}\nspace: {weight_bits: {type: choice, values: [16, 8]}}\n");
+  ASSERT_TRUE(job.ok()) << job.status().message;
+  JobView v;
+  for (int i = 0; i < 200; ++i) {
+    v = jobs.get_job(job.value().job.id).value();
+    if (is_terminal(v.job.state)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(v.job.state, JobState::kFailed);
+  EXPECT_NE(v.job.error.find("reference trial 0 failed: worker crashed: killed by SIGSEGV"), std::string::npos)
+      << v.job.error;
+  auto trials = jobs.trials(job.value().job.id).value();
+  ASSERT_EQ(trials.size(), 1u);
+  EXPECT_EQ(trials[0].status, TrialStatus::kFailed);
+  EXPECT_EQ(trials[0].log_tail, "about to crash");
+  EXPECT_EQ(trials[0].device, "cpu");
+}
+
+// Nothing is written for a spec that does not validate.
+TEST(JobRunner, BadSpecWritesNothing) {
+  TempDir d;
+  DaemonConfig cfg;
+  cfg.database = d.file("t.db");
+  cfg.work_dir = d.file("work");
+  cfg.workloads_dir = d.file("workloads");
+  cfg.worker = "/nonexistent";
+  JobManager jobs(cfg, Store::open(cfg.database).value());
+  auto r = jobs.submit("model: synthetic:tiny\nworkload: nope\nspace: {weight_bits: {type: bool}}\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code, search::Code::kInvalidArgument);
+  EXPECT_TRUE(jobs.list_jobs(10, 0).empty());
+  EXPECT_FALSE(std::filesystem::exists(cfg.work_dir));
+}
+
+}  // namespace
+}  // namespace soartune::daemon
