@@ -81,8 +81,9 @@ Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, cons
   if (cfg.devices.empty()) return Status::Invalid("devices: must name at least one device (e.g. cpu)");
   for (size_t i = 0; i < cfg.devices.size(); ++i) {
     const std::string& d = cfg.devices[i];
-    if (d != "cpu" && d.rfind("cuda:", 0) != 0)
-      return Status::Invalid("devices[" + std::to_string(i) + "]: '" + d + "' is not cpu or cuda:<index>");
+    // "cpu:<n>" names extra CPU slots, for hosts with cores enough to time trials side by side.
+    if (d != "cpu" && d.rfind("cpu:", 0) != 0 && d.rfind("cuda:", 0) != 0)
+      return Status::Invalid("devices[" + std::to_string(i) + "]: '" + d + "' is not cpu, cpu:<n> or cuda:<index>");
     for (size_t j = 0; j < i; ++j)
       if (cfg.devices[j] == d) return Status::Invalid("devices[" + std::to_string(i) + "]: " + d + " listed twice");
   }

@@ -18,7 +18,7 @@ struct DaemonConfig {
   std::string workloads_dir;                // default: workloads/ beside the config file
   std::string work_dir;                     // default: <database>.work/
   int parallel_trials = 1;
-  std::vector<std::string> devices = {"cpu"};   // one trial per device at a time: "cpu", "cuda:0", ...
+  std::vector<std::string> devices = {"cpu"};   // one trial per device at a time: "cpu", "cpu:1", "cuda:0", ...
   double trial_timeout_s = 600;
   std::string log_level = "info";
   int submissions_per_day = search::kDefaultSubmissionsPerDay;

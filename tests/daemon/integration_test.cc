@@ -1,6 +1,7 @@
 // End to end: the real soartuned on a free port with a temporary SQLite file, the real soartune-worker, and
 // the soartune CLI where it is built, driven as a user would. Wrapper scripts appear only to inject a crash,
 // garbage or a hang in front of the real worker, or to hold a trial long enough to cancel it.
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -622,7 +623,8 @@ TEST(DaemonJobs, SharedTinyLlamaModel) {
   d.start();
   std::string spec = tiny_job(3);
   spec.replace(spec.find("synthetic:tiny"), 14, "hf:" + model);
-  spec.replace(spec.find("accuracy: {set: synthetic, samples: 4, prompt_len: 16, continuation_len: 8}"), 74,
+  const std::string synthetic_accuracy = "accuracy: {set: synthetic, samples: 4, prompt_len: 16, continuation_len: 8}";
+  spec.replace(spec.find(synthetic_accuracy), synthetic_accuracy.size(),
                "accuracy: {set: " + model + "/eval_public.jsonl, samples: 4}");
   std::string id = d.submit(spec).id();
   ASSERT_FALSE(id.empty());
