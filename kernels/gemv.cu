@@ -211,6 +211,7 @@ constexpr Variant kVariants[] = {
     {"m1w8u4", 1, 8, 4},
     {"m2w8u2", 2, 8, 2},
     {"m2w4u4", 2, 4, 4},
+    {"m1w16u2", 1, 16, 2},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -233,6 +234,7 @@ cudaError_t launch_format(const KernelArgs& ka, const GemvPlan& p, cudaStream_t 
     case 1: return launch_nt<F, 1, 8, 4>(ka, p.n_tiles, p.grid, stream);
     case 2: return launch_nt<F, 2, 8, 2>(ka, p.n_tiles, p.grid, stream);
     case 3: return launch_nt<F, 2, 4, 4>(ka, p.n_tiles, p.grid, stream);
+    case 4: return launch_nt<F, 1, 16, 2>(ka, p.n_tiles, p.grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -300,8 +302,11 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
   GemvPlan p;
   p.n_tiles = (a.batch + 7) / 8;
   if (variant == "auto") {
-    // Batch 1 wants the most loads in flight; wider batches hold more accumulators and x fragments.
-    p.variant = p.n_tiles == 1 ? find_variant("m1w8u4") : find_variant("m1w8u2");
+    // Measured on the H200 (docs/PERF.md, runs 1 and 3), whole-model decode at batch 1 and 8: 16-bit weights
+    // are fastest with 16 warps per row tile (the small qkv / o layers get more loads in flight), 4-bit with
+    // m1w8u2; deeper unrolling costs occupancy more than it gains. int8 takes m1w8u2 (not yet compared).
+    const bool wide16 = a.w.format == WeightFormat::kBf16 || a.w.format == WeightFormat::kFp16;
+    p.variant = find_variant(wide16 ? "m1w16u2" : "m1w8u2");
   } else {
     p.variant = find_variant(variant);
   }
