@@ -50,7 +50,8 @@ std::string tiny_job(int trials, const std::string& extra = "") {
 
 class Daemon {
  public:
-  Daemon(const TempDir& dir, std::string worker = SOARTUNE_WORKER_PATH) : dir_(dir), worker_(std::move(worker)) {}
+  Daemon(const TempDir& dir, std::string worker = SOARTUNE_WORKER_PATH, std::vector<std::string> extra = {})
+      : dir_(dir), worker_(std::move(worker)), extra_(std::move(extra)) {}
   ~Daemon() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
@@ -65,6 +66,7 @@ class Daemon {
                                      "--database", dir_.file("soartune.db"), "--work-dir", dir_.file("work"),
                                      "--workloads-dir", std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads",
                                      "--worker", worker_, "--log-level", "debug"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -170,6 +172,7 @@ class Daemon {
  private:
   const TempDir& dir_;
   std::string worker_;
+  std::vector<std::string> extra_;
   pid_t pid_ = -1;
   int port_ = 0;
   std::unique_ptr<pb::Tuner::Stub> stub_;
@@ -610,6 +613,37 @@ TEST(DaemonJobs, CrashingGarbageAndHangingWorkersFailTrialsAndTheJobGoesOn) {
   EXPECT_EQ(ts[4].status(), pb::TRIAL_COMPLETE) << ts[4].error();
   EXPECT_EQ(ts[5].status(), pb::TRIAL_COMPLETE) << ts[5].error();
   EXPECT_EQ(j.trials_failed(), 3);
+  EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(DaemonJobs, ParallelTrialsNeverShareADevice) {
+  TempDir dir;
+  Daemon d(dir, SOARTUNE_WORKER_PATH, {"--devices", "cpu", "cpu:1", "--parallel-trials", "2"});
+  d.start();
+  std::string id = d.submit(tiny_job(7, "parallel_trials: 2\n")).id();
+  pb::Job j = d.wait_until(id, finished);
+  ASSERT_EQ(j.state(), pb::JOB_SUCCEEDED) << j.error();
+  std::vector<pb::Trial> ts = d.trials(id);
+  ASSERT_EQ(ts.size(), 7u);
+  bool overlapped = false;
+  for (size_t a = 0; a < ts.size(); ++a) {
+    EXPECT_EQ(ts[a].status(), pb::TRIAL_COMPLETE) << ts[a].error();
+    // How many trials were running at the moment trial a started (a included).
+    int at_once = 0;
+    for (size_t b = 0; b < ts.size(); ++b)
+      if (ts[b].started_unix_ms() <= ts[a].started_unix_ms() && ts[a].started_unix_ms() < ts[b].finished_unix_ms())
+        ++at_once;
+    EXPECT_LE(at_once, 2) << "trial " << ts[a].number() << " started beside two others";
+    if (at_once == 2) {
+      overlapped = true;
+      // The reference runs alone: every later trial compares against its outputs.
+      EXPECT_GT(ts[a].started_unix_ms(), ts[0].finished_unix_ms());
+    }
+  }
+  EXPECT_TRUE(overlapped) << "no two trials ran at once with two device slots";
+  // Device slots are not in the API (the worker reports the hardware); the daemon log names them.
+  std::string log = d.log_text();
+  EXPECT_NE(log.find("started on cpu:1"), std::string::npos);
   EXPECT_EQ(d.stop(), 0);
 }
 
