@@ -65,7 +65,9 @@ Config Encoding::canonical(const Config& c, const Config& defaults) const {
   for (const ParamSpec& p : params_) {
     if (!active(p, out)) continue;   // parents come first, so `out` already holds them
     auto it = c.find(p.name);
-    if (it != c.end() && index_of(p, it->second) >= 0) {
+    // A value outside the domain is kept (as Space::canonical does): a reference config outside the space
+    // must not collide with the in-space config its value would be clamped to.
+    if (it != c.end()) {
       out[p.name] = it->second;
       continue;
     }

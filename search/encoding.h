@@ -27,7 +27,8 @@ class Encoding {
 
   // Whether `p`'s `when` clause holds in `c` (a parent that is itself inactive makes the child inactive).
   bool active(const ParamSpec& p, const Config& c) const;
-  // Keeps only the space's active parameters; missing ones come from `defaults`, else the first value.
+  // Keeps only the space's active parameters (values outside the domain kept); missing ones come from
+  // `defaults`, else the first value.
   Config canonical(const Config& c, const Config& defaults) const;
   Eigen::VectorXd encode(const Config& c) const;
 

@@ -207,3 +207,26 @@ TEST(BayesStrategy, AllFailedKeepsExploring) {
 
 }  // namespace
 }  // namespace soartune::search
+
+// A reference outside the space (16-bit weights while the space holds 8 and 4) must not hide the in-space
+// config its value would otherwise be clamped to.
+TEST(BayesStrategyReference, ReferenceOutsideTheSpaceDoesNotHideAnInSpaceConfig) {
+  using namespace soartune::search;
+  YAML::Node node = YAML::Load("{weight_bits: {type: choice, values: [8, 4]}}");
+  auto space = Space::parse(node);
+  ASSERT_TRUE(space.ok()) << space.status().message;
+  SearchProblem problem;
+  problem.space = space.value();
+  problem.reference = Config{{"weight_bits", int64_t{16}}};
+  std::vector<Observation> history(1);
+  history[0].config = problem.reference;
+  history[0].outcome = Outcome::kComplete;
+  history[0].metrics.duration_s = {1.0, 1.0, 1.0};
+  history[0].metrics.relative_accuracy_pct = 100.0;
+  auto strategy = make_bayes_strategy();
+  auto picks = strategy->ask(problem, history, 2);
+  ASSERT_EQ(picks.size(), 2u);
+  std::set<int64_t> bits;
+  for (const auto& s : picks) bits.insert(std::get<int64_t>(s.config.at("weight_bits")));
+  EXPECT_EQ(bits, (std::set<int64_t>{8, 4}));
+}
