@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   // Stop accepting; give open calls (watch streams) a moment to see the shutdown and end.
   std::thread stopper([&] { jobs.shutdown(); });
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopper.join();
   spdlog::info("soartuned stopped");
   return 0;

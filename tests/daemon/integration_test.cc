@@ -647,6 +647,21 @@ TEST(DaemonJobs, ParallelTrialsNeverShareADevice) {
   EXPECT_EQ(d.stop(), 0);
 }
 
+TEST(DaemonJobs, StopsWhenExpectedImprovementStaysLow) {
+  TempDir dir;
+  Daemon d(dir);
+  d.start();
+  // Any expected improvement is "low" under 1000%: the job stops at the first model-based suggestion.
+  std::string spec = tiny_job(12);
+  spec.replace(spec.find("budget: {trials: 12}"), 20, "budget: {trials: 12, stop_when: {ei_below_pct: 1000, rounds: 1}}");
+  std::string id = d.submit(spec).id();
+  pb::Job j = d.wait_until(id, finished);
+  EXPECT_EQ(j.state(), pb::JOB_SUCCEEDED) << j.error();
+  EXPECT_EQ(j.stop_reason(), "converged");
+  EXPECT_LT(j.trials_done(), 12);
+  EXPECT_EQ(d.stop(), 0);
+}
+
 TEST(DaemonJobs, SharedTinyLlamaModel) {
   const std::string shared = SOARTUNE_SHARED_DIR;
   const std::string model = shared + "/models/tiny-llama-bpe4k";
