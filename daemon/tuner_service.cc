@@ -273,7 +273,12 @@ grpc::Status TunerService::ListTrials(grpc::ServerContext*, const pb::ListTrials
     if (key == "accuracy") return t.status == TrialStatus::kComplete ? t.relative_accuracy : -1;
     return tier_duration(t, key);
   };
+  // Trials without metrics (failed, running, cancelled) go last for every key but the number, either way.
   std::stable_sort(ts.begin(), ts.end(), [&](const TrialRecord& a, const TrialRecord& b) {
+    if (key != "number") {
+      const bool ca = a.status == TrialStatus::kComplete, cb = b.status == TrialStatus::kComplete;
+      if (ca != cb) return ca;
+    }
     double va = value(a), vb = value(b);
     if (va != vb) return desc ? va > vb : va < vb;
     return a.number < b.number;

@@ -613,6 +613,19 @@ TEST(DaemonJobs, CrashingGarbageAndHangingWorkersFailTrialsAndTheJobGoesOn) {
   EXPECT_EQ(ts[4].status(), pb::TRIAL_COMPLETE) << ts[4].error();
   EXPECT_EQ(ts[5].status(), pb::TRIAL_COMPLETE) << ts[5].error();
   EXPECT_EQ(j.trials_failed(), 3);
+
+  // Sorted by score or by a tier, the failed trials come after every complete one, in either direction.
+  for (const char* order : {"score", "-score", "c1", "-cinf", "accuracy"}) {
+    grpc::ClientContext ctx;
+    pb::ListTrialsRequest req;
+    req.set_job_id(id);
+    req.set_order_by(order);
+    pb::ListTrialsResponse resp;
+    ASSERT_TRUE(d.stub().ListTrials(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.trials_size(), 6);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(resp.trials(i).status(), pb::TRIAL_COMPLETE) << order << " row " << i;
+    for (int i = 3; i < 6; ++i) EXPECT_EQ(resp.trials(i).status(), pb::TRIAL_FAILED) << order << " row " << i;
+  }
   EXPECT_EQ(d.stop(), 0);
 }
 
