@@ -1,6 +1,7 @@
 # Thin wrapper: `make demo` and `make test` install what is missing, build, then run.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps configure build test demo clean
 all: build
@@ -17,7 +18,9 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-demo: build
+# The demo needs only the daemon, the CLI and the worker.
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target soartuned soartune soartune-worker
 	@bash scripts/demo.sh $(BUILD)
 
 clean:
