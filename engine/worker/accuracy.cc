@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <random>
+#include <utility>
 
 namespace soartune::engine::worker {
 
@@ -90,6 +91,17 @@ Result<ReferenceOutputs> ReferenceOutputs::from_json(const nlohmann::json& j) {
 
 namespace {
 
+// Runs the engine until idle and returns the finished outputs in the order of `ids`.
+Result<std::vector<std::vector<int32_t>>> run_and_collect(Engine& e, const std::vector<int64_t>& ids) {
+  if (Status s = e.run_until_idle(); !s.ok()) return s;
+  std::vector<std::vector<int32_t>> out(ids.size());
+  for (auto& f : e.take_finished()) {
+    const auto it = std::find(ids.begin(), ids.end(), f.id);
+    if (it != ids.end()) out[static_cast<std::size_t>(it - ids.begin())] = std::move(f.output);
+  }
+  return out;
+}
+
 // Teacher-forced top-1 along prompt + continuation for every item, batched through the scheduler.
 Result<std::vector<std::vector<int32_t>>> teacher_forced(Engine& e, const std::vector<AccuracyItem>& items,
                                                          const std::vector<std::vector<int32_t>>* conts) {
@@ -99,13 +111,20 @@ Result<std::vector<std::vector<int32_t>>> teacher_forced(Engine& e, const std::v
     if (!id.ok()) return id.status();
     ids.push_back(id.value());
   }
-  if (Status s = e.run_until_idle(); !s.ok()) return s;
-  std::vector<std::vector<int32_t>> out(items.size());
-  for (auto& f : e.take_finished()) {
-    const auto it = std::find(ids.begin(), ids.end(), f.id);
-    if (it != ids.end()) out[static_cast<std::size_t>(it - ids.begin())] = std::move(f.output);
-  }
-  return out;
+  return run_and_collect(e, ids);
+}
+
+// Next-token accuracy on the true continuations (the `task` metric): {hits, positions}.
+Result<std::pair<int64_t, int64_t>> task_hits(Engine& e, const AccuracySet& set) {
+  auto top1 = teacher_forced(e, set.items, nullptr);
+  if (!top1.ok()) return top1.status();
+  int64_t hits = 0, positions = 0;
+  for (std::size_t i = 0; i < set.items.size(); ++i)
+    for (std::size_t k = 0; k < set.items[i].continuation.size(); ++k) {
+      hits += top1.value()[i][k] == set.items[i].continuation[k];
+      ++positions;
+    }
+  return std::pair{hits, positions};
 }
 
 }  // namespace
@@ -114,15 +133,10 @@ Result<ReferenceOutputs> compute_reference(Engine& e, const AccuracySet& set) {
   ReferenceOutputs r;
   r.metric = set.metric;
   if (set.metric == "task") {
-    auto top1 = teacher_forced(e, set.items, nullptr);
-    if (!top1.ok()) return top1.status();
-    int64_t hits = 0;
-    for (std::size_t i = 0; i < set.items.size(); ++i)
-      for (std::size_t k = 0; k < set.items[i].continuation.size(); ++k) {
-        hits += top1.value()[i][k] == set.items[i].continuation[k];
-        ++r.positions;
-      }
-    r.accuracy = r.positions ? static_cast<double>(hits) / r.positions : 0;
+    auto hits = task_hits(e, set);
+    if (!hits.ok()) return hits.status();
+    r.positions = hits.value().second;
+    r.accuracy = r.positions ? static_cast<double>(hits.value().first) / r.positions : 0;
     return r;
   }
   std::vector<int64_t> ids;
@@ -131,12 +145,9 @@ Result<ReferenceOutputs> compute_reference(Engine& e, const AccuracySet& set) {
     if (!id.ok()) return id.status();
     ids.push_back(id.value());
   }
-  if (Status s = e.run_until_idle(); !s.ok()) return s;
-  r.continuations.resize(set.items.size());
-  for (auto& f : e.take_finished()) {
-    const auto it = std::find(ids.begin(), ids.end(), f.id);
-    if (it != ids.end()) r.continuations[static_cast<std::size_t>(it - ids.begin())] = std::move(f.output);
-  }
+  auto conts = run_and_collect(e, ids);
+  if (!conts.ok()) return conts.status();
+  r.continuations = std::move(conts).value();
   auto top1 = teacher_forced(e, set.items, &r.continuations);
   if (!top1.ok()) return top1.status();
   r.top1 = std::move(top1).value();
@@ -150,15 +161,10 @@ Result<AccuracyResult> evaluate_accuracy(Engine& e, const AccuracySet& set, cons
   AccuracyResult a;
   a.metric = set.metric;
   if (set.metric == "task") {
-    auto top1 = teacher_forced(e, set.items, nullptr);
-    if (!top1.ok()) return top1.status();
-    int64_t hits = 0;
-    for (std::size_t i = 0; i < set.items.size(); ++i)
-      for (std::size_t k = 0; k < set.items[i].continuation.size(); ++k) {
-        hits += top1.value()[i][k] == set.items[i].continuation[k];
-        ++a.positions;
-      }
-    a.candidate = a.positions ? static_cast<double>(hits) / a.positions : 0;
+    auto hits = task_hits(e, set);
+    if (!hits.ok()) return hits.status();
+    a.positions = hits.value().second;
+    a.candidate = a.positions ? static_cast<double>(hits.value().first) / a.positions : 0;
     a.reference = ref.accuracy;
     a.relative_pct = ref.accuracy > 0 ? 100.0 * a.candidate / ref.accuracy : 0;
     return a;
