@@ -273,19 +273,8 @@ std::string decode_attention_can_implement(const DecodeAttentionArgs& a) {
   if (!a.q || !a.out || !a.k_cache || !a.v_cache || !a.block_table || !a.seq_lens)
     return "q, out, k_cache, v_cache, block_table, seq_lens: must all be device pointers (one is null)";
   if (a.batch < 1) return "batch: must be >= 1";
-  if (a.n_kv_heads < 1 || a.n_heads < 1 || a.n_heads % a.n_kv_heads != 0)
-    return "n_heads, n_kv_heads: n_heads must be a positive multiple of n_kv_heads";
-  if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) return "head_dim: allowed 64, 128, 256";
-  if (a.page_size < 1 || a.page_size > 1024) return "page_size: allowed 1..1024";
-  if (a.block_table_stride < 1) return "block_table_stride: must be >= 1";
-  const int kd = static_cast<int>(a.kv_dtype);
-  if (kd < 0 || kd > 3) return "kv_dtype: allowed bf16, fp16, fp8_e4m3, fp8_e5m2";
-  const int ad = static_cast<int>(a.act_dtype);
-  if (ad < 0 || ad > 2) return "act_dtype: allowed bf16, fp16, fp32";
-  if ((reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % 16 != 0)
-    return "k_cache, v_cache: must be 16-byte aligned";
-  if (a.q_stride < 0 || a.out_stride < 0) return "q_stride, out_stride: must be >= 0";
-  return "";
+  return paged_attention_check(a.n_heads, a.n_kv_heads, a.head_dim, a.page_size, a.block_table_stride, a.kv_dtype,
+                               a.act_dtype, a.k_cache, a.v_cache, a.q_stride, a.out_stride);
 }
 
 std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_splits, int sm_count,

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace soartune::kernels {
@@ -63,5 +64,26 @@ struct PagedKvLayout {
   }
   size_t page_bytes() const { return size_t(page_stride()) * kv_dtype_bytes(dtype); }
 };
+
+// The checks decode and prefill attention share; "" when the shapes, dtypes and cache pointers can run,
+// else a message naming the field and the allowed values.
+inline std::string paged_attention_check(int n_heads, int n_kv_heads, int head_dim, int page_size,
+                                         int block_table_stride, KvCacheDtype kv_dtype, ActDtype act_dtype,
+                                         const void* k_cache, const void* v_cache, int64_t q_stride,
+                                         int64_t out_stride) {
+  if (n_kv_heads < 1 || n_heads < 1 || n_heads % n_kv_heads != 0)
+    return "n_heads, n_kv_heads: n_heads must be a positive multiple of n_kv_heads";
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return "head_dim: allowed 64, 128, 256";
+  if (page_size < 1 || page_size > 1024) return "page_size: allowed 1..1024";
+  if (block_table_stride < 1) return "block_table_stride: must be >= 1";
+  const int kd = static_cast<int>(kv_dtype);
+  if (kd < 0 || kd > 3) return "kv_dtype: allowed bf16, fp16, fp8_e4m3, fp8_e5m2";
+  const int ad = static_cast<int>(act_dtype);
+  if (ad < 0 || ad > 2) return "act_dtype: allowed bf16, fp16, fp32";
+  if ((reinterpret_cast<uintptr_t>(k_cache) | reinterpret_cast<uintptr_t>(v_cache)) % 16 != 0)
+    return "k_cache, v_cache: must be 16-byte aligned";
+  if (q_stride < 0 || out_stride < 0) return "q_stride, out_stride: must be >= 0";
+  return "";
+}
 
 }  // namespace soartune::kernels
