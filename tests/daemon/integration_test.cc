@@ -409,6 +409,36 @@ TEST_F(FinishedJob, SubmissionBudgetPlansRecordsAndRunsOut) {
   EXPECT_EQ(resp.remaining_today(), 0);
 }
 
+// A user's loop through the CLI: ask for today's plan, record what the official run returned, and get a
+// plan that accounts for it (one submission fewer left, a calibration fitted from the record).
+TEST_F(FinishedJob, CliPlanRecordAndTheNextPlanChanges) {
+  if (kCli.empty()) GTEST_SKIP() << "the soartune CLI is not built";
+  ProcessResult p1 = daemon_->cli({"plan", job_id_, "-k", "2", "--json"});
+  ASSERT_EQ(p1.exit_code, 0) << p1.out << p1.err_tail;
+  const json before = json::parse(p1.out);
+  ASSERT_EQ(before.at("remaining_today").get<int>(), 3);
+  ASSERT_FALSE(before.at("picks").empty());
+
+  // The official run found the best trial's accuracy 2.5 points lower than measured here (C = 0.92).
+  const std::string best = std::to_string(daemon_->get(job_id_).best_trial());
+  ProcessResult rec = daemon_->cli({"record", job_id_, best, "--s1", "90", "--s8", "95", "--sinf", "97",
+                                    "--accuracy", "97.5", "--json"});
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err_tail;
+  const json sub = json::parse(rec.out);
+  EXPECT_NEAR(sub.at("result").at("c").get<double>(), 0.92, 1e-9) << rec.out;
+
+  ProcessResult subs = daemon_->cli({"submissions", job_id_, "--json"});
+  ASSERT_EQ(subs.exit_code, 0) << subs.err_tail;
+  EXPECT_EQ(json::parse(subs.out).at("submissions").size(), 1u);
+
+  ProcessResult p2 = daemon_->cli({"plan", job_id_, "-k", "2", "--json"});
+  ASSERT_EQ(p2.exit_code, 0) << p2.out << p2.err_tail;
+  const json after = json::parse(p2.out);
+  EXPECT_EQ(after.at("remaining_today").get<int>(), 2);
+  EXPECT_NE(after.at("calibration"), before.at("calibration")) << after.at("calibration");
+  EXPECT_NE(after.at("picks").dump(), before.at("picks").dump());
+}
+
 TEST_F(FinishedJob, BadRequestsGetClearErrorsAndWriteNothing) {
   auto& stub = daemon_->stub();
   auto jobs_count = [&] {
