@@ -10,6 +10,7 @@
 
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_ref.h"
+#include "tests/kernels/attention_device_util.cuh"
 #include "tests/kernels/attention_test_util.h"
 
 namespace soartune::kernels {
@@ -17,32 +18,12 @@ namespace {
 
 using test::HostPagedCache;
 
-#define CUDA_CHECK(stmt)                                                                           \
-  do {                                                                                             \
-    const cudaError_t e_ = (stmt);                                                                 \
-    if (e_ != cudaSuccess) throw std::runtime_error(std::string(#stmt) + ": " + cudaGetErrorString(e_)); \
-  } while (0)
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using test::DeviceBuf;
+using test::have_gpu;
+using test::upload;
 
 #define SKIP_WITHOUT_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine: decode attention kernels not run"
-
-struct DeviceBuf {
-  void* p = nullptr;
-  explicit DeviceBuf(size_t bytes) { CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16)); }
-  ~DeviceBuf() { cudaFree(p); }
-  DeviceBuf(const DeviceBuf&) = delete;
-  DeviceBuf& operator=(const DeviceBuf&) = delete;
-};
-
-template <typename T>
-void upload(DeviceBuf& d, const std::vector<T>& h) {
-  CUDA_CHECK(cudaMemcpy(d.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
 
 int sm_count() {
   int dev = 0, n = 0;
