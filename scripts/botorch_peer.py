@@ -13,6 +13,7 @@ Reports the median number of trials until a config within 1% of the best true ga
 the suggestion time (model fit + acquisition) at 300 observed trials.
 
 Usage: python3 scripts/botorch_peer.py LANDSCAPE.csv [--seeds 20] [--budget 60] [--procs 16] [--deadline 200]
+       [--no-noise] (for an exported replay landscape: its values are measurements already)
 """
 import argparse
 import csv
@@ -58,7 +59,8 @@ def load(path):
     acc = np.array([float(r[nk + 3]) for r in rows])
     failed = np.array([r[nk + 4] == "1" for r in rows])
     true_score = np.array([float(r[nk + 5]) for r in rows])
-    ref_index = next(i for i, r in enumerate(rows) if all(r[k] == REFERENCE.get(knobs[k], r[k]) for k in range(nk)))
+    # The race's reference config; a replay table has its reference as its first row (bo_bench exports it so).
+    ref_index = next((i for i, r in enumerate(rows) if all(r[k] == REFERENCE.get(knobs[k], r[k]) for k in range(nk))), 0)
     return dict(knobs=knobs, X=np.array(X), d=d, acc=acc, failed=failed, true=true_score, ref=ref_index,
                 best_d=d[~failed].min(axis=0))
 
@@ -80,11 +82,14 @@ def gate(acc):
     return c
 
 
+NOISE = {"duration": 0.02, "accuracy": 0.3}
+
+
 def measure(L, i, rng):
     if L["failed"][i]:
         return None
-    d = L["d"][i] * np.exp(0.02 * rng.standard_normal(3))
-    acc = min(100.0, L["acc"][i] + 0.3 * rng.standard_normal())
+    d = L["d"][i] * np.exp(NOISE["duration"] * rng.standard_normal(3))
+    acc = min(100.0, L["acc"][i] + NOISE["accuracy"] * rng.standard_normal())
     speed = sum(w * 100.0 * b / x for w, b, x in zip(WEIGHTS, L["best_d"], d))
     return speed, acc
 
@@ -118,7 +123,8 @@ def suggest(L, observed, ys, rng, n_candidates):
 
 
 def run_seed(args):
-    path, seed, budget, deadline, n_candidates = args
+    path, seed, budget, deadline, n_candidates, noise = args
+    NOISE.update(noise)
     import torch
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)
@@ -164,7 +170,8 @@ def run_seed(args):
 
 
 def timing_at(args):
-    path, n_obs, n_candidates = args
+    path, n_obs, n_candidates, noise = args
+    NOISE.update(noise)
     import torch
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)
@@ -188,10 +195,13 @@ def main():
     ap.add_argument("--deadline", type=float, default=200.0)
     ap.add_argument("--candidates", type=int, default=2048)
     ap.add_argument("--json", default="")
+    ap.add_argument("--no-noise", action="store_true",
+                    help="measurements are the table's values (bo_bench's replay landscape adds no noise)")
     a = ap.parse_args()
-    jobs = [(a.landscape, 1000 + s, a.budget, a.deadline, a.candidates) for s in range(a.seeds)]
+    noise = {"duration": 0.0, "accuracy": 0.0} if a.no_noise else dict(NOISE)
+    jobs = [(a.landscape, 1000 + s, a.budget, a.deadline, a.candidates, noise) for s in range(a.seeds)]
     with mp.get_context("spawn").Pool(a.procs) as pool:
-        timing = pool.apply_async(timing_at, ((a.landscape, 300, a.candidates),))
+        timing = pool.apply_async(timing_at, ((a.landscape, min(300, len(load(a.landscape)["X"]) - 1), a.candidates, noise),))
         results = pool.map(run_seed, jobs, chunksize=1)
         try:
             t = timing.get(timeout=max(1.0, a.deadline))
