@@ -6,8 +6,8 @@
 //           batch and prefill limits / CUDA graphs. Durations of the three tiers from a roofline-like formula,
 //           relative accuracy from per-knob penalties, failures (out of memory, graph capture) in regions.
 //           Measurement noise: 2% on durations (log-normal), 0.3 points on accuracy.
-//   replay  A table of real trials of our engine (search/bench/data/tiny_engine_trials.csv): the space is the
-//           table's grid, a trial returns the table's row.
+//   replay  A table of real trials of our engine (search/bench/data/tiny_engine_trials.csv, made by
+//           run_tiny_grid.py there): the space is the table's grid, a trial returns the table's row.
 //
 // Usage: bo_bench [--landscape race|replay|all] [--seeds N] [--budget N] [--csv PATH]
 //                 [--export-landscape PATH] [--timing-only] [--within PCT (default 1)]
