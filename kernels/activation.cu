@@ -1,5 +1,7 @@
 #include "kernels/activation.cuh"
 
+#include "kernels/launch.cuh"
+
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -11,6 +13,8 @@ __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + 
 
 // Rows over grid.y (strided), four columns per thread: one 16-byte load of gate and of up, one 8-byte store.
 __global__ void swiglu_vec4_kernel(const float* gu, __nv_bfloat16* out, int tokens, int f) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int j = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
   if (j >= f) return;
   for (int i = blockIdx.y; i < tokens; i += gridDim.y) {
@@ -23,6 +27,8 @@ __global__ void swiglu_vec4_kernel(const float* gu, __nv_bfloat16* out, int toke
 }
 
 __global__ void swiglu_kernel(const float* gu, __nv_bfloat16* out, int f, int64_t total) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = idx / f, j = idx % f;
@@ -38,13 +44,11 @@ cudaError_t swiglu_run(const float* gate_up, void* out_bf16, int tokens, int f, 
   const int threads = 256;
   if (f % 4 == 0) {
     const dim3 grid((f / 4 + threads - 1) / threads, tokens < 65535 ? tokens : 65535);
-    swiglu_vec4_kernel<<<grid, threads, 0, stream>>>(gate_up, static_cast<__nv_bfloat16*>(out_bf16), tokens, f);
-    return cudaGetLastError();
+    return launch(swiglu_vec4_kernel, grid, threads, 0, stream, gate_up, static_cast<__nv_bfloat16*>(out_bf16), tokens, f);
   }
   const int64_t blocks = (total + threads - 1) / threads;
-  swiglu_kernel<<<int(blocks < 65535 * 8 ? blocks : 65535 * 8), threads, 0, stream>>>(
-      gate_up, static_cast<__nv_bfloat16*>(out_bf16), f, total);
-  return cudaGetLastError();
+  return launch(swiglu_kernel, int(blocks < 65535 * 8 ? blocks : 65535 * 8), threads, 0, stream, gate_up,
+                static_cast<__nv_bfloat16*>(out_bf16), f, total);
 }
 
 }  // namespace soartune::kernels

@@ -1,5 +1,7 @@
 #include "kernels/attention_decode.cuh"
 
+#include "kernels/launch.cuh"
+
 #include <cmath>
 
 #include "kernels/attention_common.cuh"
@@ -36,6 +38,8 @@ struct DecodeParams {
 // kVec consecutive dims (one 16-byte load) of one token per step; kLanes threads cover a head_dim row.
 template <KvCacheDtype KV, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
+  // No early trigger here: the next kernel is let in when these CTAs exit.
+  pdl_wait();
   constexpr int kVec = kKvVec<KV>;
   constexpr int kLanes = D / kVec;            // threads per token row
   constexpr int kTokPerStep = kThreads / kLanes;
@@ -218,6 +222,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
 // Merges the splits of one (sequence, query head) by their log-sum-exp.
 template <int D>
 __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
+  pdl_wait();
+  pdl_launch_dependents();
   const DecodeAttentionArgs& a = p.a;
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const int64_t row = (int64_t(b) * a.n_heads + h) * p.splits;
@@ -238,17 +244,16 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
 template <KvCacheDtype KV, int D>
 cudaError_t launch_d(const DecodeParams& p, const DecodeAttentionPlan& plan, cudaStream_t stream) {
   const dim3 grid(plan.grid_x, plan.grid_y, plan.grid_z);
+  cudaError_t err;
   switch (plan.heads_per_cta) {
-    case 1: decode_attention_kernel<KV, D, 1><<<grid, kThreads, 0, stream>>>(p); break;
-    case 2: decode_attention_kernel<KV, D, 2><<<grid, kThreads, 0, stream>>>(p); break;
-    case 4: decode_attention_kernel<KV, D, 4><<<grid, kThreads, 0, stream>>>(p); break;
-    case 8: decode_attention_kernel<KV, D, 8><<<grid, kThreads, 0, stream>>>(p); break;
+    case 1: err = launch(decode_attention_kernel<KV, D, 1>, grid, kThreads, 0, stream, p); break;
+    case 2: err = launch(decode_attention_kernel<KV, D, 2>, grid, kThreads, 0, stream, p); break;
+    case 4: err = launch(decode_attention_kernel<KV, D, 4>, grid, kThreads, 0, stream, p); break;
+    case 8: err = launch(decode_attention_kernel<KV, D, 8>, grid, kThreads, 0, stream, p); break;
     default: return cudaErrorInvalidValue;
   }
-  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || p.splits == 1) return err;
-  decode_combine_kernel<D><<<dim3(p.a.n_heads, p.a.batch), D, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch(decode_combine_kernel<D>, dim3(p.a.n_heads, p.a.batch), D, 0, stream, p);
 }
 
 template <KvCacheDtype KV>

@@ -1,5 +1,7 @@
 #include "kernels/gemv.cuh"
 
+#include "kernels/launch.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -89,6 +91,9 @@ struct KernelArgs {
 // pairs 2m (and 2m+1) in both A and B, so the warp's dot product runs over 4 chunks in a permuted k order.
 template <WeightFormat F, int M, int W, int U, int NT>
 __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
+  // PDL: the first weight loads go out before the wait (no kernel writes weights); x is read and y written
+  // only after it.
+  pdl_launch_dependents();
   constexpr int V = kValuesPerChunk<F>;
   constexpr bool kQuant = F == WeightFormat::kInt8 || F == WeightFormat::kInt4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -135,6 +140,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
           }
         }
     }
+    if (base == warp * 4) pdl_wait();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = base + u * W * 4 + t;
@@ -173,6 +179,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
     }
   }
 
+  pdl_wait();  // warps without a chunk skipped the loop's wait
   // Reduce the warps' partials: red[warp][row in CTA][batch column], padded against bank conflicts.
   constexpr int kRows = 16 * M, kCols = 8 * NT;
   __shared__ float red[W][kRows][kCols + 1];
@@ -218,13 +225,12 @@ constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 template <WeightFormat F, int M, int W, int U>
 cudaError_t launch_nt(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t stream) {
   switch (n_tiles) {
-    case 1: gemv_kernel<F, M, W, U, 1><<<grid, W * 32, 0, stream>>>(ka); break;
-    case 2: gemv_kernel<F, M, W, U, 2><<<grid, W * 32, 0, stream>>>(ka); break;
-    case 3: gemv_kernel<F, M, W, U, 3><<<grid, W * 32, 0, stream>>>(ka); break;
-    case 4: gemv_kernel<F, M, W, U, 4><<<grid, W * 32, 0, stream>>>(ka); break;
+    case 1: return launch(gemv_kernel<F, M, W, U, 1>, grid, W * 32, 0, stream, ka);
+    case 2: return launch(gemv_kernel<F, M, W, U, 2>, grid, W * 32, 0, stream, ka);
+    case 3: return launch(gemv_kernel<F, M, W, U, 3>, grid, W * 32, 0, stream, ka);
+    case 4: return launch(gemv_kernel<F, M, W, U, 4>, grid, W * 32, 0, stream, ka);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 template <WeightFormat F>

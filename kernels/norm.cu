@@ -1,5 +1,7 @@
 #include "kernels/norm.cuh"
 
+#include "kernels/launch.cuh"
+
 #include <cuda_bf16.h>
 
 namespace soartune::kernels {
@@ -20,6 +22,8 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
 }
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float shared[kThreads / 32];
   const int i = blockIdx.x;
   const int r = a.row_index ? a.row_index[i] : i;
@@ -47,6 +51,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) 
 }
 
 __global__ void embedding_kernel(const int32_t* tokens, const __nv_bfloat16* table, float* residual, int d) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int i = blockIdx.x;
   const __nv_bfloat16* row = table + int64_t(tokens[i]) * d;
   for (int c = threadIdx.x; c < d; c += blockDim.x) residual[int64_t(i) * d + c] = __bfloat162float(row[c]);
@@ -63,15 +69,13 @@ std::string rmsnorm_can_implement(const RmsNormArgs& a) {
 
 cudaError_t rmsnorm_residual_run(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
-  rmsnorm_kernel<<<a.rows, kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch(rmsnorm_kernel, a.rows, kThreads, 0, stream, a);
 }
 
 cudaError_t embedding_gather_run(const int32_t* tokens, const void* table_bf16, float* residual, int rows, int d,
                                  cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  embedding_kernel<<<rows, 256, 0, stream>>>(tokens, static_cast<const __nv_bfloat16*>(table_bf16), residual, d);
-  return cudaGetLastError();
+  return launch(embedding_kernel, rows, 256, 0, stream, tokens, static_cast<const __nv_bfloat16*>(table_bf16), residual, d);
 }
 
 }  // namespace soartune::kernels

@@ -1,5 +1,7 @@
 #include "kernels/rope.cuh"
 
+#include "kernels/launch.cuh"
+
 #include <cuda_bf16.h>
 
 #include "kernels/numeric_formats.h"
@@ -18,6 +20,8 @@ __device__ __forceinline__ void store_kv(void* cache, int64_t idx, float v, KvCa
 
 // One CTA per (token, head) of q | k | v: a decode step of one token still spreads over n_heads + 2 kv_heads CTAs.
 __global__ void rope_kv_kernel(const RopeKvArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int i = blockIdx.x, head = blockIdx.y;
   const int hd = a.head_dim, half = hd / 2;
   const int q_dim = a.n_heads * hd, kv_dim = a.n_kv_heads * hd;
@@ -71,8 +75,7 @@ std::string rope_kv_can_implement(const RopeKvArgs& a) {
 cudaError_t rope_kv_write_run(const RopeKvArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
   const dim3 grid(a.tokens, a.n_heads + 2 * a.n_kv_heads);
-  rope_kv_kernel<<<grid, 64, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch(rope_kv_kernel, grid, 64, 0, stream, a);
 }
 
 }  // namespace soartune::kernels

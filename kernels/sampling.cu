@@ -1,5 +1,7 @@
 #include "kernels/sampling.cuh"
 
+#include "kernels/launch.cuh"
+
 #include <cfloat>
 
 namespace soartune::kernels {
@@ -12,6 +14,8 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
 }
 
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int vocab, int32_t* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   const float* row = logits + int64_t(blockIdx.x) * vocab;
   float bv = -FLT_MAX;
   int bi = vocab;  // larger than any id: loses every tie
@@ -41,8 +45,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
 
 cudaError_t argmax_run(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  argmax_kernel<<<rows, kThreads, 0, stream>>>(logits, vocab, out);
-  return cudaGetLastError();
+  return launch(argmax_kernel, rows, kThreads, 0, stream, logits, vocab, out);
 }
 
 }  // namespace soartune::kernels
