@@ -106,7 +106,7 @@ Result<LaunchConfig> LaunchConfig::parse(const YAML::Node& launch, const YAML::N
          c.gemv_variant = n.Scalar();
          return Status::Ok();
        }},
-      {"decode_kv_splits", [&](auto& n, auto& f) { return int_choice(n, f, {0, 1, 2, 4, 8, 16, 32}, &c.decode_kv_splits); }},
+      {"decode_kv_splits", [&](auto& n, auto& f) { return int_choice(n, f, {0, 1, 2, 4, 8, 16, 32, 64, 128}, &c.decode_kv_splits); }},
       {"prefill_attn_block", [&](auto& n, auto& f) { return int_choice(n, f, {32, 64, 128}, &c.prefill_attn_block); }},
       {"cuda_graphs", [&](auto& n, auto& f) { return boolean(n, f, &c.cuda_graphs); }},
       {"cuda_graph_max_bs", [&](auto& n, auto& f) { return int_range(n, f, 1, 512, &c.cuda_graph_max_bs); }},

@@ -46,8 +46,8 @@ struct LaunchConfig {
   int prefill_max_requests = 0;                // 0..1024, 0 = no limit
   // kernels (CUDA backend)
   std::string gemv_variant = "auto";           // auto or a name from kernels/README.md (checked by the backend)
-  int decode_kv_splits = 0;                    // 0, 1, 2, 4, 8, 16, 32
-  int prefill_attn_block = 64;                 // 32, 64, 128
+  int decode_kv_splits = 0;                    // 0, 1, 2, 4, 8, 16, 32, 64, 128
+  int prefill_attn_block = 128;                 // 32, 64, 128
   bool cuda_graphs = true;
   int cuda_graph_max_bs = 32;                  // 1..512
 

@@ -1,5 +1,5 @@
-// Device helpers shared by the attention kernels: 16-byte KV loads with the dequantisation fused, and
-// activation loads/stores. Internal to attention_decode.cu and attention_prefill.cu.
+// Device helpers shared by the attention kernels: 16-byte KV loads (plain and cp.async) with the
+// dequantisation fused, and activation loads/stores. Internal to attention_decode.cu and attention_prefill.cu.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -58,6 +58,19 @@ __device__ __forceinline__ void dequant16(const uint4& raw, float scale, float* 
 }
 
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
+// 16-byte global -> shared copy that bypasses registers; src_bytes 0 writes 16 zero bytes (src unread).
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ float load_act(const void* base, ActDtype t, int64_t i) {
   switch (t) {

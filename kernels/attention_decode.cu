@@ -19,9 +19,12 @@ using attn_detail::store_act;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 64;          // KV tokens per tile
 constexpr int kMaxHeadsPerCta = 8;
-constexpr int kMaxSplits = 32;
+constexpr int kMaxSplits = kDecodeMaxKvSplits;
+// KV tokens per tile: 64 for every cache dtype. A 128-token fp8 tile (same bytes in flight as a 16-bit one)
+// measured slower on the H200 (b8 32k: 1128 us against 751 us at 8 splits; kernels/attention.md).
+template <KvCacheDtype KV>
+inline constexpr int kTileFor = 64;
 
 struct DecodeParams {
   DecodeAttentionArgs a;
@@ -29,17 +32,22 @@ struct DecodeParams {
   int group;          // query heads per KV head
   int heads_per_cta;
   int head_chunks;    // ceil(group / heads_per_cta)
-  float q_scale;      // softmax_scale * log2(e): scores live in the log2 domain
+  float q_scale;      // softmax_scale * log2(e) (* k_scale for fp8): scores live in the log2 domain
+  float out_scale;    // v_scale for fp8 caches, else 1: applied once to the output, not per element
   float* part_o;      // [batch][n_heads][splits][head_dim]   (splits > 1)
   float* part_lse;    // [batch][n_heads][splits], log2 domain
 };
 
 // One CTA: sequence blockIdx.z, KV head blockIdx.y / head_chunks, split blockIdx.x. Each thread owns
 // kVec consecutive dims (one 16-byte load) of one token per step; kLanes threads cover a head_dim row.
+// A tile's K and V loads are issued together into registers before its scores are computed. (A cp.async ring
+// of tiles in shared memory, tried on the H200, was slower: it costs occupancy, and at these grid sizes the
+// number of resident CTAs, not the bytes in flight per CTA, sets the rate; kernels/attention.md.)
 template <KvCacheDtype KV, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
   // No early trigger here: the next kernel is let in when these CTAs exit.
   pdl_wait();
+  constexpr int kTile = kTileFor<KV>;
   constexpr int kVec = kKvVec<KV>;
   constexpr int kLanes = D / kVec;            // threads per token row
   constexpr int kTokPerStep = kThreads / kLanes;
@@ -117,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
 #pragma unroll
     for (int st = 0; st < kSteps; ++st) {
       float k[kVec];
-      dequant16<KV>(kraw[st], a.k_scale, k);
+      dequant16<KV>(kraw[st], 1.f, k);  // k_scale is folded into q
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float dot = 0.f;
@@ -135,19 +143,29 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     __syncthreads();
 
     // Phase 2: online-softmax update, one warp per head.
+    constexpr int kPerLane = kTile / 32;
     for (int g = warp; g < G; g += kWarps) {
-      float s0 = s_s[g][lane], s1 = s_s[g][lane + 32];
-      float mt = fmaxf(s0, s1);
+      float sv[kPerLane];
+      float mt = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        sv[j] = s_s[g][lane + 32 * j];
+        mt = fmaxf(mt, sv[j]);
+      }
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
       const float m_old = m_s[g];
       const float m_new = fmaxf(m_old, mt);   // finite: a tile holds at least one token
-      const float p0 = exp2f(s0 - m_new), p1 = exp2f(s1 - m_new);
-      float sum = p0 + p1;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        sv[j] = exp2f(sv[j] - m_new);
+        sum += sv[j];
+      }
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      s_s[g][lane] = p0;
-      s_s[g][lane + 32] = p1;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) s_s[g][lane + 32 * j] = sv[j];
       __syncwarp();
       if (lane == 0) {
         const float alpha = exp2f(m_old - m_new);
@@ -174,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
         raw = off[st] >= 0 ? load16(vc + off[st] * kElemBytes) : make_uint4(0, 0, 0, 0);
       }
       float v[kVec];
-      dequant16<KV>(raw, a.v_scale, v);
+      dequant16<KV>(raw, 1.f, v);  // v_scale is applied to the output
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const float pw = s_s[g][st * kTokPerStep + kg];
@@ -207,7 +225,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     for (int w = 0; w < kWarps; ++w) o += red_s[w][g][d];
     const float l = l_s[g];
     const bool empty = start >= end;
-    const float val = empty ? 0.f : o / l;
+    const float val = empty ? 0.f : o * (p.out_scale / l);
     const int h = h0 + g;
     if (p.splits == 1) {
       store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, val);
@@ -241,15 +259,20 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
   store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, den > 0.f ? num / den : 0.f);
 }
 
+template <KvCacheDtype KV, int D, int G>
+cudaError_t launch_g(const DecodeParams& p, const DecodeAttentionPlan& plan, cudaStream_t stream) {
+  return launch(decode_attention_kernel<KV, D, G>, dim3(plan.grid_x, plan.grid_y, plan.grid_z), kThreads, 0,
+                stream, p);
+}
+
 template <KvCacheDtype KV, int D>
 cudaError_t launch_d(const DecodeParams& p, const DecodeAttentionPlan& plan, cudaStream_t stream) {
-  const dim3 grid(plan.grid_x, plan.grid_y, plan.grid_z);
   cudaError_t err;
   switch (plan.heads_per_cta) {
-    case 1: err = launch(decode_attention_kernel<KV, D, 1>, grid, kThreads, 0, stream, p); break;
-    case 2: err = launch(decode_attention_kernel<KV, D, 2>, grid, kThreads, 0, stream, p); break;
-    case 4: err = launch(decode_attention_kernel<KV, D, 4>, grid, kThreads, 0, stream, p); break;
-    case 8: err = launch(decode_attention_kernel<KV, D, 8>, grid, kThreads, 0, stream, p); break;
+    case 1: err = launch_g<KV, D, 1>(p, plan, stream); break;
+    case 2: err = launch_g<KV, D, 2>(p, plan, stream); break;
+    case 4: err = launch_g<KV, D, 4>(p, plan, stream); break;
+    case 8: err = launch_g<KV, D, 8>(p, plan, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || p.splits == 1) return err;
@@ -287,7 +310,7 @@ std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_sp
   std::string err = decode_attention_can_implement(a);
   if (!err.empty()) return err;
   if (requested_splits < 0 || requested_splits > kMaxSplits || (requested_splits & (requested_splits - 1)) != 0)
-    return "decode_kv_splits: allowed 0, 1, 2, 4, 8, 16, 32";
+    return "decode_kv_splits: allowed 0, 1, 2, 4, 8, 16, 32, 64, 128";
   DecodeAttentionPlan p;
   p.group_size = a.n_heads / a.n_kv_heads;
   p.heads_per_cta = heads_per_cta_for(p.group_size);
@@ -295,9 +318,10 @@ std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_sp
   int splits = requested_splits;
   if (splits == 0) {
     const int64_t ctas = int64_t(a.batch) * a.n_kv_heads * head_chunks;
-    const int64_t target = 2 * int64_t(sm_count > 0 ? sm_count : 132);
+    // About three CTAs per SM (more bytes in flight), each split at least 128 tokens.
+    const int64_t target = 3 * int64_t(sm_count > 0 ? sm_count : 132);
     splits = 1;
-    while (splits < kMaxSplits && ctas * splits < target && a.max_seq_len / (2 * splits) >= 256) splits *= 2;
+    while (splits < kMaxSplits && ctas * splits < target && a.max_seq_len / (2 * splits) >= 128) splits *= 2;
   }
   p.kv_splits = splits;
   p.grid_x = splits;
@@ -320,7 +344,9 @@ cudaError_t decode_attention_run(const DecodeAttentionArgs& a, const DecodeAtten
   p.heads_per_cta = plan.heads_per_cta;
   p.head_chunks = (p.group + p.heads_per_cta - 1) / p.heads_per_cta;
   const float scale = a.softmax_scale != 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
-  p.q_scale = scale * kLog2e;
+  const bool fp8 = kv_dtype_bytes(a.kv_dtype) == 1;
+  p.q_scale = scale * kLog2e * (fp8 ? a.k_scale : 1.f);
+  p.out_scale = fp8 ? a.v_scale : 1.f;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + size_t(a.batch) * a.n_heads * plan.kv_splits * a.head_dim : nullptr;
   switch (a.kv_dtype) {

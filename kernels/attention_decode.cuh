@@ -67,8 +67,11 @@ struct DecodeAttentionPlan {
 // naming the field and the allowed values.
 std::string decode_attention_can_implement(const DecodeAttentionArgs& args);
 
-// Fills *plan. requested_splits: the decode_kv_splits knob, 0 or a power of two 1..32; 0 chooses from
-// max_seq_len, batch * n_kv_heads and sm_count (about two CTAs per SM, at least 256 tokens per split).
+// The most KV splits a plan may use (decode_kv_splits knob: 0 or a power of two up to this).
+inline constexpr int kDecodeMaxKvSplits = 128;
+
+// Fills *plan. requested_splits: the decode_kv_splits knob, 0 or a power of two 1..128; 0 chooses from
+// max_seq_len, batch * n_kv_heads and sm_count (about three CTAs per SM, at least 128 tokens per split).
 // Returns "" or an error message (can_implement's, or a bad requested_splits).
 std::string decode_attention_plan(const DecodeAttentionArgs& args, int requested_splits, int sm_count,
                                   DecodeAttentionPlan* plan);

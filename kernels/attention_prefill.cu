@@ -8,6 +8,9 @@
 namespace soartune::kernels {
 namespace {
 
+using attn_detail::cp_async16;
+using attn_detail::cp_async_commit;
+using attn_detail::cp_async_wait;
 using attn_detail::dequant16;
 using attn_detail::kLog2e;
 using attn_detail::kKvBytes;
@@ -195,10 +198,16 @@ __global__ void __launch_bounds__(threads_for(BM)) prefill_attention_kernel(Pref
 // run fp16 MMAs (fp8 widens to fp16 exactly; k_scale is folded into q and v_scale into the output).
 // Operands sit in shared memory rows padded by 16 bytes, so the 8 row addresses of each ldmatrix hit
 // different banks. S = Q K^T stays in registers and becomes P's A fragments directly.
+// K/V tiles are double-buffered: tile i+1 is in flight while tile i is multiplied (16-bit caches: cp.async
+// straight into shared memory; fp8 caches: 16-byte loads into registers, widened and stored after the
+// tile's MMAs), so one barrier per tile remains and the loads no longer wait on the MMAs.
 constexpr int kMmaBlockN = 64;
+constexpr int kMmaStages = 2;
 
 __host__ __device__ constexpr int mma_threads_for(int block_m) { return block_m * 2; }  // one warp per 16 rows
-constexpr size_t mma_smem_for(int block_m, int d) { return size_t(block_m + 2 * kMmaBlockN) * (d + 8) * 2; }
+constexpr size_t mma_smem_for(int block_m, int d) {
+  return size_t(block_m + 2 * kMmaStages * kMmaBlockN) * (d + 8) * 2;
+}
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -282,10 +291,12 @@ __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_ker
   constexpr int kOBlocks = D / 8;            // n-blocks of O
   constexpr bool kFp8 = kKvBytes<KV> == 1;
 
+  constexpr int kChunks = kBN * kChunksPerRow / kThreads;  // 16-byte K (and V) loads per thread per tile
+  static_assert(kBN * kChunksPerRow % kThreads == 0, "tile / thread shape");
+
   extern __shared__ __align__(16) uint16_t smem16[];
   uint16_t* q_s = smem16;                    // [BM][kStride]
-  uint16_t* k_s = q_s + BM * kStride;        // [kBN][kStride]
-  uint16_t* v_s = k_s + kBN * kStride;       // [kBN][kStride]
+  uint16_t* kv_s = q_s + BM * kStride;       // [kMmaStages][K, V][kBN][kStride]
 
   const PrefillAttentionArgs& a = p.a;
   const int b = blockIdx.z;
@@ -310,6 +321,51 @@ __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_ker
   const int lane = tid % 32;
   const int g = lane / 4;   // fragment row (and row + 8)
   const int t4 = lane % 4;  // fragment column pair
+
+  // Stage st's K tile starts at kv_s + 2 * st * kBN * kStride, its V tile kBN * kStride later.
+  uint4 k_pre[kFp8 ? kChunks : 1], v_pre[kFp8 ? kChunks : 1];
+  const int n_tiles = (kv_end + kBN - 1) / kBN;
+  // Starts tile `tile`'s loads into stage st (16-bit) or into k_pre / v_pre (fp8). Tokens past kv_end read
+  // as zeros, so masked keys never meet a NaN in V.
+  auto issue_tile = [&](int tile, int st) {
+    uint16_t* ks = kv_s + 2 * st * kBN * kStride;
+    uint16_t* vs = ks + kBN * kStride;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = tid + i * kThreads;
+      const int tok = c / kChunksPerRow, part = c % kChunksPerRow;
+      const int t = tile * kBN + tok;
+      int64_t off = 0;
+      if (t < kv_end) {
+        const int page = __ldg(bt + t / a.page_size);
+        off = ((int64_t(page) * a.n_kv_heads + kv_head) * a.page_size + t % a.page_size) * D + part * kVec;
+      }
+      if constexpr (!kFp8) {
+        const int n = t < kv_end ? 16 : 0;
+        cp_async16(&ks[tok * kStride + part * kVec], kc + off * kElemBytes, n);
+        cp_async16(&vs[tok * kStride + part * kVec], vc + off * kElemBytes, n);
+      } else {
+        k_pre[i] = t < kv_end ? load16(kc + off * kElemBytes) : make_uint4(0, 0, 0, 0);
+        v_pre[i] = t < kv_end ? load16(vc + off * kElemBytes) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    if constexpr (!kFp8) cp_async_commit();
+  };
+  // fp8: widens the registers loaded by issue_tile into stage st.
+  auto store_tile = [&](int st) {
+    if constexpr (kFp8) {
+      uint16_t* ks = kv_s + 2 * st * kBN * kStride;
+      uint16_t* vs = ks + kBN * kStride;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int c = tid + i * kThreads;
+        const int tok = c / kChunksPerRow, part = c % kChunksPerRow;
+        store_kv_smem<KV>(&ks[tok * kStride + part * kVec], k_pre[i]);
+        store_kv_smem<KV>(&vs[tok * kStride + part * kVec], v_pre[i]);
+      }
+    }
+  };
+  issue_tile(0, 0);  // in flight while q is staged
 
   const float q_scale = p.q_scale * (kFp8 ? a.k_scale : 1.f);
   for (int i = tid; i < BM * D / 2; i += kThreads) {
@@ -336,94 +392,94 @@ __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_ker
 #pragma unroll
   for (int nd = 0; nd < kOBlocks; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
 
-  for (int t0 = 0; t0 < kv_end; t0 += kBN) {
-    __syncthreads();  // every warp is done with the previous tile
-    for (int c = tid; c < kBN * kChunksPerRow; c += kThreads) {
-      const int tok = c / kChunksPerRow, part = c % kChunksPerRow;
-      const int t = t0 + tok;
-      uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-      if (t < kv_end) {
-        const int page = __ldg(bt + t / a.page_size);
-        const int64_t off =
-            ((int64_t(page) * a.n_kv_heads + kv_head) * a.page_size + t % a.page_size) * D + part * kVec;
-        kr = load16(kc + off * kElemBytes);
-        vr = load16(vc + off * kElemBytes);
-      }
-      store_kv_smem<KV>(&k_s[tok * kStride + part * kVec], kr);
-      store_kv_smem<KV>(&v_s[tok * kStride + part * kVec], vr);
-    }
+  store_tile(0);
+  const int warp_first_pos = prefix + row0 + min(warp * 16, rows - 1);
+  const int warp_last_pos = prefix + row0 + min(warp * 16 + 15, rows - 1);
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int st = tile % kMmaStages;
+    const int t0 = tile * kBN;
+    if constexpr (!kFp8) cp_async_wait<0>();  // this thread's copies of tile `tile` have landed
+    // Tile `tile` is in stage st for every thread, and every warp is done with the other stage.
     __syncthreads();
+    if (tile + 1 < n_tiles) issue_tile(tile + 1, (tile + 1) % kMmaStages);
+    const uint16_t* k_s = kv_s + 2 * st * kBN * kStride;
+    const uint16_t* v_s = k_s + kBN * kStride;
     // Warps whose rows all lie before this tile skip it (their keys here are all masked).
-    if (t0 > prefix + row0 + min(warp * 16 + 15, rows - 1)) continue;
+    if (t0 <= warp_last_pos) {
+      float s[kSBlocks][4];
+#pragma unroll
+      for (int j = 0; j < kSBlocks; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+        for (int j = 0; j < kSBlocks; j += 2) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, &k_s[(j * 8 + (lane / 16) * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8]);
+          mma16816<T>(s[j], qf[kk], kb[0], kb[1]);
+          mma16816<T>(s[j + 1], qf[kk], kb[2], kb[3]);
+        }
+      }
 
-    float s[kSBlocks][4];
+      float mt_lo = -INFINITY, mt_hi = -INFINITY;
+      const bool diagonal = t0 + kBN - 1 > warp_first_pos;  // only then can a key of the tile follow a row
 #pragma unroll
-    for (int j = 0; j < kSBlocks; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      for (int j = 0; j < kSBlocks; ++j) {
+        if (diagonal) {
+          const int key = t0 + j * 8 + 2 * t4;
+          if (key > pos_lo) s[j][0] = -INFINITY;
+          if (key + 1 > pos_lo) s[j][1] = -INFINITY;
+          if (key > pos_hi) s[j][2] = -INFINITY;
+          if (key + 1 > pos_hi) s[j][3] = -INFINITY;
+        }
+        mt_lo = fmaxf(mt_lo, fmaxf(s[j][0], s[j][1]));
+        mt_hi = fmaxf(mt_hi, fmaxf(s[j][2], s[j][3]));
+      }
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
+      for (int off = 1; off < 4; off *= 2) {
+        mt_lo = fmaxf(mt_lo, __shfl_xor_sync(0xffffffffu, mt_lo, off));
+        mt_hi = fmaxf(mt_hi, __shfl_xor_sync(0xffffffffu, mt_hi, off));
+      }
+      // A row can be fully masked in a tile only after its first tile, so m_old is then finite.
+      const float mn_lo = fmaxf(m_lo, mt_lo), mn_hi = fmaxf(m_hi, mt_hi);
+      const float al_lo = exp2f(m_lo - mn_lo), al_hi = exp2f(m_hi - mn_hi);
+      m_lo = mn_lo;
+      m_hi = mn_hi;
+      float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
-      for (int j = 0; j < kSBlocks; j += 2) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, &k_s[(j * 8 + (lane / 16) * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8]);
-        mma16816<T>(s[j], qf[kk], kb[0], kb[1]);
-        mma16816<T>(s[j + 1], qf[kk], kb[2], kb[3]);
+      for (int j = 0; j < kSBlocks; ++j) {
+        s[j][0] = exp2f(s[j][0] - mn_lo);
+        s[j][1] = exp2f(s[j][1] - mn_lo);
+        s[j][2] = exp2f(s[j][2] - mn_hi);
+        s[j][3] = exp2f(s[j][3] - mn_hi);
+        sum_lo += s[j][0] + s[j][1];
+        sum_hi += s[j][2] + s[j][3];
+      }
+      l_lo = l_lo * al_lo + sum_lo;   // per-thread partial; the quad's partials are summed at the end
+      l_hi = l_hi * al_hi + sum_hi;
+#pragma unroll
+      for (int nd = 0; nd < kOBlocks; ++nd) {
+        o[nd][0] *= al_lo;
+        o[nd][1] *= al_lo;
+        o[nd][2] *= al_hi;
+        o[nd][3] *= al_hi;
+      }
+
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int nd = 0; nd < kOBlocks; nd += 2) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, &v_s[(kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kStride + nd * 8 + (lane / 16) * 8]);
+          mma16816<T>(o[nd], pa, vb[0], vb[1]);
+          mma16816<T>(o[nd + 1], pa, vb[2], vb[3]);
+        }
       }
     }
-
-    float mt_lo = -INFINITY, mt_hi = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kSBlocks; ++j) {
-      const int key = t0 + j * 8 + 2 * t4;
-      if (key > pos_lo) s[j][0] = -INFINITY;
-      if (key + 1 > pos_lo) s[j][1] = -INFINITY;
-      if (key > pos_hi) s[j][2] = -INFINITY;
-      if (key + 1 > pos_hi) s[j][3] = -INFINITY;
-      mt_lo = fmaxf(mt_lo, fmaxf(s[j][0], s[j][1]));
-      mt_hi = fmaxf(mt_hi, fmaxf(s[j][2], s[j][3]));
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off *= 2) {
-      mt_lo = fmaxf(mt_lo, __shfl_xor_sync(0xffffffffu, mt_lo, off));
-      mt_hi = fmaxf(mt_hi, __shfl_xor_sync(0xffffffffu, mt_hi, off));
-    }
-    // A row can be fully masked in a tile only after its first tile, so m_old is then finite.
-    const float mn_lo = fmaxf(m_lo, mt_lo), mn_hi = fmaxf(m_hi, mt_hi);
-    const float al_lo = exp2f(m_lo - mn_lo), al_hi = exp2f(m_hi - mn_hi);
-    m_lo = mn_lo;
-    m_hi = mn_hi;
-    float sum_lo = 0.f, sum_hi = 0.f;
-#pragma unroll
-    for (int j = 0; j < kSBlocks; ++j) {
-      s[j][0] = exp2f(s[j][0] - mn_lo);
-      s[j][1] = exp2f(s[j][1] - mn_lo);
-      s[j][2] = exp2f(s[j][2] - mn_hi);
-      s[j][3] = exp2f(s[j][3] - mn_hi);
-      sum_lo += s[j][0] + s[j][1];
-      sum_hi += s[j][2] + s[j][3];
-    }
-    l_lo = l_lo * al_lo + sum_lo;   // per-thread partial; the quad's partials are summed at the end
-    l_hi = l_hi * al_hi + sum_hi;
-#pragma unroll
-    for (int nd = 0; nd < kOBlocks; ++nd) {
-      o[nd][0] *= al_lo;
-      o[nd][1] *= al_lo;
-      o[nd][2] *= al_hi;
-      o[nd][3] *= al_hi;
-    }
-
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int nd = 0; nd < kOBlocks; nd += 2) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, &v_s[(kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kStride + nd * 8 + (lane / 16) * 8]);
-        mma16816<T>(o[nd], pa, vb[0], vb[1]);
-        mma16816<T>(o[nd + 1], pa, vb[2], vb[3]);
-      }
-    }
+    if (tile + 1 < n_tiles) store_tile((tile + 1) % kMmaStages);
   }
 
 #pragma unroll

@@ -7,7 +7,8 @@
 #       model there for the whole-model test.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e) and writes logs under $OUT; prints a summary table last.
+#       tests sanitizer model bench peer e2e; also: timing, bench_pdl) and writes logs under $OUT; prints a summary
+#       table last.
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -104,9 +105,25 @@ if want bench; then
   note "soartune-bench: rc=$?"
 fi
 
+# The same benchmark with programmatic dependent launch on (kernels/launch.cuh), for the side-by-side.
+if want bench_pdl; then
+  SOARTUNE_PDL=1 timeout 300 "$bin/soartune-bench" --json "$OUT/results_pdl.jsonl" >"$OUT/bench_pdl.txt" 2>&1
+  note "soartune-bench SOARTUNE_PDL=1: rc=$?"
+fi
+
 if want peer; then
   PYTHONUNBUFFERED=1 timeout 180 python3 "$here/scripts/torch_peer.py" --json "$OUT/results.jsonl" >>"$OUT/bench.txt" 2>&1
   note "torch peer: rc=$?"
+fi
+
+# Attention kernels alone (tests/kernels/attention_timing.cu); an attention_timing_before put into the bundle
+# by hand (the same program built from the previous sources) runs in the same call, for side-by-side figures.
+if want timing; then
+  for t in attention_timing_before attention_timing; do
+    [[ -x "$bin/$t" ]] || continue
+    timeout 200 "$bin/$t" >"$OUT/$t.txt" 2>&1
+    note "$t: rc=$? ($OUT/$t.txt)"
+  done
 fi
 
 if want sanitizer; then
@@ -162,9 +179,8 @@ YAML
 name: e2e-cuda
 model: synthetic:tiny
 backend: cuda
-strategy: random
 seed: 1
-budget: {trials: 3}
+budget: {trials: 12}
 trial_timeout_s: 120
 workload:
   name: e2e-cuda

@@ -70,9 +70,9 @@ std::vector<KnobSpec> build_catalogue() {
     g.open_names = true;
     k.push_back(std::move(g));
   }
-  k.push_back(enumerated("decode_kv_splits", KnobType::kInt, ints({0, 1, 2, 4, 8, 16, 32}), int64_t{0},
+  k.push_back(enumerated("decode_kv_splits", KnobType::kInt, ints({0, 1, 2, 4, 8, 16, 32, 64, 128}), int64_t{0},
                          "split-KV flash-decoding splits; 0 = chosen from the context length"));
-  k.push_back(enumerated("prefill_attn_block", KnobType::kInt, ints({32, 64, 128}), int64_t{64},
+  k.push_back(enumerated("prefill_attn_block", KnobType::kInt, ints({32, 64, 128}), int64_t{128},
                          "prefill attention tile (query rows per block)"));
   k.push_back(enumerated("cuda_graphs", KnobType::kBool, {true, false}, true,
                          "capture decode steps as CUDA graphs", "--disable-cuda-graph",

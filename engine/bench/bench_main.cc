@@ -367,7 +367,7 @@ int main(int argc, char** argv) {
     if (do_long) {
       for (const auto& [kv, splits] : std::vector<std::pair<kn::KvCacheDtype, int>>{
                {kn::KvCacheDtype::kBf16, 0}, {kn::KvCacheDtype::kFp8E4M3, 0}, {kn::KvCacheDtype::kBf16, 8},
-               {kn::KvCacheDtype::kFp8E4M3, 8}, {kn::KvCacheDtype::kBf16, 32}, {kn::KvCacheDtype::kFp8E4M3, 32}}) {
+               {kn::KvCacheDtype::kFp8E4M3, 8}, {kn::KvCacheDtype::kBf16, 64}, {kn::KvCacheDtype::kFp8E4M3, 64}}) {
         if (splits != 0 && fm.name != "int4g128") continue;
         auto m = std::make_unique<st::engine::cuda::CudaModel>();
         check(m->init(0), "init");

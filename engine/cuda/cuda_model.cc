@@ -359,8 +359,8 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   }
 
   // Decode attention: the workspace of the widest plan any step can ask for (batch S, the knob's splits or,
-  // for auto, up to 32), checked again before every launch.
-  for (int splits : {opt.decode_kv_splits, 32}) {
+  // for auto, up to kDecodeMaxKvSplits), checked again before every launch.
+  for (int splits : {opt.decode_kv_splits, kn::kDecodeMaxKvSplits}) {
     kn::DecodeAttentionArgs da;
     da.q = q_, da.out = attn_, da.k_cache = k_cache_[0], da.v_cache = v_cache_[0];
     da.block_table = d_block_table_, da.seq_lens = d_seq_lens_, da.batch = S;

@@ -63,7 +63,7 @@ struct CudaOptions {
   int max_context = 1;
   std::string gemv_variant = "auto";
   int decode_kv_splits = 0;
-  int prefill_attn_block = 64;
+  int prefill_attn_block = 128;
   bool cuda_graphs = true;
   int cuda_graph_max_bs = 32;
 };

@@ -125,7 +125,7 @@ TEST(DecodeAttention, EveryVariantMatchesTwin) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = test::fresh_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  const std::vector<int> splits_list = {0, 1, 2, 4, 8, 32};
+  const std::vector<int> splits_list = {0, 1, 2, 4, 8, 32, 128};
   double worst = 0;
   int cases = 0;
   for (KvCacheDtype kv : {KvCacheDtype::kBf16, KvCacheDtype::kFp16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2})

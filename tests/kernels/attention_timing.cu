@@ -113,7 +113,7 @@ int main() {
         a.block_table_stride = pages_per_seq;
         a.max_seq_len = ctx;
         a.kv_dtype = kv;
-        for (int splits : {0, 1, 4, 16, 32}) {
+        for (int splits : {0, 1, 4, 8, 16, 32, 64, 128}) {
           DecodeAttentionPlan plan;
           if (!decode_attention_plan(a, splits, sms, &plan).empty()) return 1;
           void* ws = nullptr;

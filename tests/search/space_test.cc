@@ -118,7 +118,7 @@ TEST(SpaceTest, EveryValidationError) {
        "narrower range)"},
       {"kv_page_size: {type: pow2, low: 4, high: 64}", "space.kv_page_size.low: 4 is not one of 8, 16, 32, 64, 128"},
       {"decode_kv_splits: {type: int, low: 0, high: 4}",
-       "space.decode_kv_splits: int 0..4 includes 3, which is not one of 0, 1, 2, 4, 8, 16, 32 (use type: choice or "
+       "space.decode_kv_splits: int 0..4 includes 3, which is not one of 0, 1, 2, 4, 8, 16, 32, 64, 128 (use type: choice or "
        "pow2)"},
       {"weight_group_size: {type: pow2, low: 32, high: 256}", "(parsed)"},
       {"weight_bits: {type: pow2, low: 4, high: 16}", "(parsed)"},
