@@ -21,6 +21,11 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
   return s;
 }
 
+// One CTA per row. Rows of up to kCached * 4 * kThreads values (8192) stay in registers between the sum of
+// squares and the scaling, and gamma is loaded before the reduction, so a row costs one round trip to memory
+// instead of two (a decode step runs 65 of these on rows of 4096).
+constexpr int kCached = 8;
+
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) {
   pdl_wait();
   pdl_launch_dependents();
@@ -29,24 +34,53 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) 
   const int r = a.row_index ? a.row_index[i] : i;
   float4* res = reinterpret_cast<float4*>(a.residual + int64_t(r) * a.d);
   const float4* add = a.add ? reinterpret_cast<const float4*>(a.add + int64_t(r) * a.d) : nullptr;
+  const float4* gamma = reinterpret_cast<const float4*>(a.gamma);
   const int d4 = a.d / 4;
+  float4 v[kCached], g[kCached];
   float ss = 0.f;
-  for (int c = threadIdx.x; c < d4; c += kThreads) {
-    float4 v = res[c];
+#pragma unroll
+  for (int k = 0; k < kCached; ++k) {
+    const int c = threadIdx.x + k * kThreads;
+    if (c < d4) {
+      v[k] = res[c];
+      g[k] = gamma[c];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kCached; ++k) {
+    const int c = threadIdx.x + k * kThreads;
+    if (c < d4) {
+      if (add) {
+        const float4 w = add[c];
+        v[k].x += w.x, v[k].y += w.y, v[k].z += w.z, v[k].w += w.w;
+        res[c] = v[k];
+      }
+      ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    }
+  }
+  for (int c = threadIdx.x + kCached * kThreads; c < d4; c += kThreads) {  // rows past the register cache
+    float4 x = res[c];
     if (add) {
       const float4 w = add[c];
-      v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
-      res[c] = v;
+      x.x += w.x, x.y += w.y, x.z += w.z, x.w += w.w;
+      res[c] = x;
     }
-    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
   }
   const float inv = rsqrtf(block_sum(ss, shared) / float(a.d) + a.eps);
-  const float4* gamma = reinterpret_cast<const float4*>(a.gamma);
   __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.out) + int64_t(i) * a.d);
-  for (int c = threadIdx.x; c < d4; c += kThreads) {
-    const float4 v = res[c], g = gamma[c];
-    out[2 * c] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
-    out[2 * c + 1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
+#pragma unroll
+  for (int k = 0; k < kCached; ++k) {
+    const int c = threadIdx.x + k * kThreads;
+    if (c < d4) {
+      out[2 * c] = __floats2bfloat162_rn(v[k].x * inv * g[k].x, v[k].y * inv * g[k].y);
+      out[2 * c + 1] = __floats2bfloat162_rn(v[k].z * inv * g[k].z, v[k].w * inv * g[k].w);
+    }
+  }
+  for (int c = threadIdx.x + kCached * kThreads; c < d4; c += kThreads) {
+    const float4 x = res[c], gg = gamma[c];
+    out[2 * c] = __floats2bfloat162_rn(x.x * inv * gg.x, x.y * inv * gg.y);
+    out[2 * c + 1] = __floats2bfloat162_rn(x.z * inv * gg.z, x.w * inv * gg.w);
   }
 }
 
