@@ -19,13 +19,13 @@ __device__ __forceinline__ void store_kv(void* cache, int64_t idx, float v, KvCa
 }
 
 constexpr int kThreads = 128;
-constexpr int kHeadsPerCta = 8;
 
-// One CTA per (token, group of kHeadsPerCta heads of q | k | v). The head_dim / 2 rotation angles of the
+// One CTA per (token, group of heads_per_cta heads of q | k | v). The head_dim / 2 rotation angles of the
 // token are computed once per CTA (they are the same for every head) into shared memory; then each thread
 // takes element pairs (j, j + half) of the group's heads: q and k rotated, v copied. A 4k-token prefill is
-// 4096 x 6 CTAs for llama3-8b instead of one CTA (and one sincos) per (token, head).
-__global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a) {
+// 4096 x 6 CTAs for llama3-8b instead of one CTA (and one sincos) per (token, head); a decode step of a few
+// tokens takes one head per CTA, so its few pairs still spread over many SMs.
+__global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, int heads_per_cta) {
   extern __shared__ float cs[];  // [half] cos, then [half] sin
   pdl_wait();
   pdl_launch_dependents();
@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a) {
   const int hd = a.head_dim, half = hd / 2;
   const int q_dim = a.n_heads * hd;
   const int n_all = a.n_heads + 2 * a.n_kv_heads;
-  const int h0 = blockIdx.y * kHeadsPerCta;
-  const int h1 = min(n_all, h0 + kHeadsPerCta);
+  const int h0 = blockIdx.y * heads_per_cta;
+  const int h1 = min(n_all, h0 + heads_per_cta);
   const int64_t stride = a.qkv_stride ? a.qkv_stride : q_dim + 2 * a.n_kv_heads * hd;
   const float* row = a.qkv + int64_t(i) * stride;
   const float pos = float(a.positions[i]);
@@ -93,8 +93,10 @@ std::string rope_kv_can_implement(const RopeKvArgs& a) {
 
 cudaError_t rope_kv_write_run(const RopeKvArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
-  const dim3 grid(a.tokens, (a.n_heads + 2 * a.n_kv_heads + kHeadsPerCta - 1) / kHeadsPerCta);
-  return launch(rope_kv_kernel, grid, kThreads, size_t(a.head_dim) * sizeof(float), stream, a);
+  // Few tokens (decode): a head per CTA; many (prefill): 8 heads per CTA share the angles.
+  const int heads_per_cta = a.tokens >= 64 ? 8 : 1;
+  const dim3 grid(a.tokens, (a.n_heads + 2 * a.n_kv_heads + heads_per_cta - 1) / heads_per_cta);
+  return launch(rope_kv_kernel, grid, kThreads, size_t(a.head_dim) * sizeof(float), stream, a, heads_per_cta);
 }
 
 }  // namespace soartune::kernels

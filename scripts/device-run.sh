@@ -7,7 +7,7 @@
 #       model there for the whole-model test.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: timing, bench_pdl) and writes logs under $OUT; prints a summary
+#       tests sanitizer model bench peer e2e; also: timing, bench_nopdl) and writes logs under $OUT; prints a summary
 #       table last.
 set -uo pipefail
 
@@ -105,10 +105,10 @@ if want bench; then
   note "soartune-bench: rc=$?"
 fi
 
-# The same benchmark with programmatic dependent launch on (kernels/launch.cuh), for the side-by-side.
-if want bench_pdl; then
-  SOARTUNE_PDL=1 timeout 300 "$bin/soartune-bench" --json "$OUT/results_pdl.jsonl" >"$OUT/bench_pdl.txt" 2>&1
-  note "soartune-bench SOARTUNE_PDL=1: rc=$?"
+# The same benchmark with programmatic dependent launch off (kernels/launch.cuh), for the side-by-side.
+if want bench_nopdl; then
+  SOARTUNE_PDL=0 timeout 300 "$bin/soartune-bench" --json "$OUT/results_nopdl.jsonl" >"$OUT/bench_nopdl.txt" 2>&1
+  note "soartune-bench SOARTUNE_PDL=0: rc=$?"
 fi
 
 if want peer; then

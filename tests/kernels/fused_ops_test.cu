@@ -42,8 +42,8 @@ std::vector<float> bf16_to_floats(const std::vector<uint16_t>& b) {
 TEST(RmsNorm, ResidualAddAndRowGatherMatchTheTwin) {
   KT_SKIP_WITHOUT_GPU("RMSNorm kernel");
   std::mt19937_64 rng(test::new_seed());
-  // 4160 fits the kernel's register cache; 9220 also runs its tail loop past 8192 values.
-  for (const int d : {4096 + 64, 9216 + 4}) {
+  // 4096 fits the kernel's register cache; 4160 and 9220 also run its tail loop past 4096 values.
+  for (const int d : {4096, 4096 + 64, 9216 + 4}) {
     SCOPED_TRACE("d " + std::to_string(d));
     const int rows = 7;
     auto res = uniform(rng, size_t(rows) * d, -3, 3), add = uniform(rng, size_t(rows) * d, -1, 1),
@@ -76,52 +76,63 @@ TEST(RmsNorm, ResidualAddAndRowGatherMatchTheTwin) {
 TEST(RopeKvWrite, EveryKvDtypeMatchesTheTwinAndTouchesOnlyItsSlots) {
   KT_SKIP_WITHOUT_GPU("RoPE + KV write kernel");
   std::mt19937_64 rng(test::new_seed());
-  const int T = 5, H = 8, KVH = 2, hd = 128, page = 16, pages = 6;
+  const int H = 8, KVH = 2, hd = 128, page = 16, pages = 6;
   const int q_dim = H * hd, kv_dim = KVH * hd, width = q_dim + 2 * kv_dim;
-  auto qkv = uniform(rng, size_t(T) * width, -2, 2), bias = uniform(rng, width, -0.1f, 0.1f);
-  const std::vector<int32_t> pos = {0, 1, 17, 300, 4095}, slot = {0, 1 * 16 + 3, 5 * 16 + 15, 2 * 16 + 7, 4 * 16};
-  for (KvCacheDtype dt : {KvCacheDtype::kBf16, KvCacheDtype::kFp16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2}) {
-    PagedKvLayout lay{KVH, hd, page, dt};
-    const size_t cache_bytes = lay.page_bytes() * pages;
-    Dev dqkv(qkv.size() * 4), db(width * 4), dq(size_t(T) * q_dim * 2), dk(cache_bytes), dv(cache_bytes),
-        dpos(T * 4), dslot(T * 4);
-    dqkv.upload(qkv), db.upload(bias), dpos.upload(pos), dslot.upload(slot);
-    const float ks = kv_dtype_bytes(dt) == 1 ? 0.5f : 1.f, vs = kv_dtype_bytes(dt) == 1 ? 0.25f : 1.f;
-    RopeKvArgs a;
-    a.qkv = dqkv.as<float>(), a.bias = db.as<float>(), a.q_out = dq.p, a.k_cache = dk.p, a.v_cache = dv.p;
-    a.positions = dpos.as<int32_t>(), a.kv_slot = dslot.as<int32_t>(), a.tokens = T, a.n_heads = H;
-    a.n_kv_heads = KVH, a.head_dim = hd, a.page_size = page, a.kv_dtype = dt, a.rope_theta = 500000.f;
-    a.k_scale = ks, a.v_scale = vs;
-    ASSERT_EQ(rope_kv_can_implement(a), "");
-    dq.poison(), dk.poison(), dv.poison();
-    KT_CUDA(rope_kv_write_run(a, nullptr));
-    KT_CUDA(cudaDeviceSynchronize());
-    auto q = bf16_to_floats(dq.download<uint16_t>(size_t(T) * q_dim));
-    auto kc = dk.download<uint8_t>(cache_bytes), vc = dv.download<uint8_t>(cache_bytes);
-    std::vector<float> qref, qout, kref, kout, vref, vout;
-    for (int i = 0; i < T; ++i) {
-      std::vector<float> row(qkv.begin() + int64_t(i) * width, qkv.begin() + int64_t(i + 1) * width);
-      for (int c = 0; c < width; ++c) row[c] += bias[c];
-      rope_ref(row.data(), H, KVH, hd, pos[i], 500000.f);
-      qref.insert(qref.end(), row.begin(), row.begin() + q_dim);
-      qout.insert(qout.end(), q.begin() + int64_t(i) * q_dim, q.begin() + int64_t(i + 1) * q_dim);
-      const int pg = slot[i] / page, sl = slot[i] % page;
-      for (int h = 0; h < KVH; ++h)
-        for (int e = 0; e < hd; ++e) {
-          kref.push_back(row[q_dim + h * hd + e]);
-          vref.push_back(row[q_dim + kv_dim + h * hd + e]);
-          kout.push_back(kv_cache_value(kc.data(), dt, lay.offset(pg, h, sl, e), ks));
-          vout.push_back(kv_cache_value(vc.data(), dt, lay.offset(pg, h, sl, e), vs));
-        }
+  // 5 tokens (a decode step: one head per CTA) and 70 (a prefill: heads in groups of 8 per CTA).
+  for (const int T : {5, 70}) {
+    SCOPED_TRACE("tokens " + std::to_string(T));
+    auto qkv = uniform(rng, size_t(T) * width, -2, 2), bias = uniform(rng, width, -0.1f, 0.1f);
+    std::vector<int32_t> pos = {0, 1, 17, 300, 4095}, slot = {0, 1 * 16 + 3, 5 * 16 + 15, 2 * 16 + 7, 4 * 16};
+    if (T > 5) {
+      pos.clear(), slot.clear();
+      for (int i = 0; i < T; ++i) {
+        pos.push_back((i * 59) % 4096);
+        slot.push_back((i * 37) % (pages * page));  // distinct: 37 and 96 are coprime
+      }
     }
-    const double kv_bound = dt == KvCacheDtype::kFp8E4M3 ? 0.07 : dt == KvCacheDtype::kFp8E5M2 ? 0.14 : 1e-2;
-    EXPECT_LT(test::normalized_error(qout, qref), 1e-2) << kv_dtype_name(dt);
-    EXPECT_LT(test::normalized_error(kout, kref), kv_bound) << kv_dtype_name(dt);
-    EXPECT_LT(test::normalized_error(vout, vref), kv_bound) << kv_dtype_name(dt);
-    // Every other slot still holds the poison bytes.
-    size_t written = 0;
-    for (size_t b = 0; b < cache_bytes; ++b) written += kc[b] != 0xFF;
-    EXPECT_LE(written, size_t(T) * KVH * hd * kv_dtype_bytes(dt)) << kv_dtype_name(dt);
+    for (KvCacheDtype dt : {KvCacheDtype::kBf16, KvCacheDtype::kFp16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2}) {
+      PagedKvLayout lay{KVH, hd, page, dt};
+      const size_t cache_bytes = lay.page_bytes() * pages;
+      Dev dqkv(qkv.size() * 4), db(width * 4), dq(size_t(T) * q_dim * 2), dk(cache_bytes), dv(cache_bytes),
+          dpos(T * 4), dslot(T * 4);
+      dqkv.upload(qkv), db.upload(bias), dpos.upload(pos), dslot.upload(slot);
+      const float ks = kv_dtype_bytes(dt) == 1 ? 0.5f : 1.f, vs = kv_dtype_bytes(dt) == 1 ? 0.25f : 1.f;
+      RopeKvArgs a;
+      a.qkv = dqkv.as<float>(), a.bias = db.as<float>(), a.q_out = dq.p, a.k_cache = dk.p, a.v_cache = dv.p;
+      a.positions = dpos.as<int32_t>(), a.kv_slot = dslot.as<int32_t>(), a.tokens = T, a.n_heads = H;
+      a.n_kv_heads = KVH, a.head_dim = hd, a.page_size = page, a.kv_dtype = dt, a.rope_theta = 500000.f;
+      a.k_scale = ks, a.v_scale = vs;
+      ASSERT_EQ(rope_kv_can_implement(a), "");
+      dq.poison(), dk.poison(), dv.poison();
+      KT_CUDA(rope_kv_write_run(a, nullptr));
+      KT_CUDA(cudaDeviceSynchronize());
+      auto q = bf16_to_floats(dq.download<uint16_t>(size_t(T) * q_dim));
+      auto kc = dk.download<uint8_t>(cache_bytes), vc = dv.download<uint8_t>(cache_bytes);
+      std::vector<float> qref, qout, kref, kout, vref, vout;
+      for (int i = 0; i < T; ++i) {
+        std::vector<float> row(qkv.begin() + int64_t(i) * width, qkv.begin() + int64_t(i + 1) * width);
+        for (int c = 0; c < width; ++c) row[c] += bias[c];
+        rope_ref(row.data(), H, KVH, hd, pos[i], 500000.f);
+        qref.insert(qref.end(), row.begin(), row.begin() + q_dim);
+        qout.insert(qout.end(), q.begin() + int64_t(i) * q_dim, q.begin() + int64_t(i + 1) * q_dim);
+        const int pg = slot[i] / page, sl = slot[i] % page;
+        for (int h = 0; h < KVH; ++h)
+          for (int e = 0; e < hd; ++e) {
+            kref.push_back(row[q_dim + h * hd + e]);
+            vref.push_back(row[q_dim + kv_dim + h * hd + e]);
+            kout.push_back(kv_cache_value(kc.data(), dt, lay.offset(pg, h, sl, e), ks));
+            vout.push_back(kv_cache_value(vc.data(), dt, lay.offset(pg, h, sl, e), vs));
+          }
+      }
+      const double kv_bound = dt == KvCacheDtype::kFp8E4M3 ? 0.07 : dt == KvCacheDtype::kFp8E5M2 ? 0.14 : 1e-2;
+      EXPECT_LT(test::normalized_error(qout, qref), 1e-2) << kv_dtype_name(dt);
+      EXPECT_LT(test::normalized_error(kout, kref), kv_bound) << kv_dtype_name(dt);
+      EXPECT_LT(test::normalized_error(vout, vref), kv_bound) << kv_dtype_name(dt);
+      // Every other slot still holds the poison bytes.
+      size_t written = 0;
+      for (size_t b = 0; b < cache_bytes; ++b) written += kc[b] != 0xFF;
+      EXPECT_LE(written, size_t(T) * KVH * hd * kv_dtype_bytes(dt)) << kv_dtype_name(dt);
+    }
   }
 }
 
