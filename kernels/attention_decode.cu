@@ -21,10 +21,9 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadsPerCta = 8;
 constexpr int kMaxSplits = kDecodeMaxKvSplits;
-// KV tokens per tile: 64 for every cache dtype. A 128-token fp8 tile (same bytes in flight as a 16-bit one)
+// KV tokens per tile, for every cache dtype. A 128-token fp8 tile (same bytes in flight as a 16-bit one)
 // measured slower on the H200 (b8 32k: 1128 us against 751 us at 8 splits; kernels/attention.md).
-template <KvCacheDtype KV>
-inline constexpr int kTileFor = 64;
+constexpr int kTile = 64;
 
 struct DecodeParams {
   DecodeAttentionArgs a;
@@ -47,7 +46,6 @@ template <KvCacheDtype KV, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
   // No early trigger here: the next kernel is let in when these CTAs exit.
   pdl_wait();
-  constexpr int kTile = kTileFor<KV>;
   constexpr int kVec = kKvVec<KV>;
   constexpr int kLanes = D / kVec;            // threads per token row
   constexpr int kTokPerStep = kThreads / kLanes;
@@ -259,20 +257,15 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
   store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, den > 0.f ? num / den : 0.f);
 }
 
-template <KvCacheDtype KV, int D, int G>
-cudaError_t launch_g(const DecodeParams& p, const DecodeAttentionPlan& plan, cudaStream_t stream) {
-  return launch(decode_attention_kernel<KV, D, G>, dim3(plan.grid_x, plan.grid_y, plan.grid_z), kThreads, 0,
-                stream, p);
-}
-
 template <KvCacheDtype KV, int D>
 cudaError_t launch_d(const DecodeParams& p, const DecodeAttentionPlan& plan, cudaStream_t stream) {
+  const dim3 grid(plan.grid_x, plan.grid_y, plan.grid_z);
   cudaError_t err;
   switch (plan.heads_per_cta) {
-    case 1: err = launch_g<KV, D, 1>(p, plan, stream); break;
-    case 2: err = launch_g<KV, D, 2>(p, plan, stream); break;
-    case 4: err = launch_g<KV, D, 4>(p, plan, stream); break;
-    case 8: err = launch_g<KV, D, 8>(p, plan, stream); break;
+    case 1: err = launch(decode_attention_kernel<KV, D, 1>, grid, kThreads, 0, stream, p); break;
+    case 2: err = launch(decode_attention_kernel<KV, D, 2>, grid, kThreads, 0, stream, p); break;
+    case 4: err = launch(decode_attention_kernel<KV, D, 4>, grid, kThreads, 0, stream, p); break;
+    case 8: err = launch(decode_attention_kernel<KV, D, 8>, grid, kThreads, 0, stream, p); break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || p.splits == 1) return err;
