@@ -5,8 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention_paged.h"
 
@@ -70,6 +72,57 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Two floats rounded into one register of two 16-bit MMA elements (T = __nv_bfloat16 or __half), lo first.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// D += A B for one m16n8k16 tile, fp32 accumulators (A row-major fragments, B column-major).
+template <typename T>
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two fp8 bytes (the low 16 bits of two_bytes, first element lowest) widened exactly to two fp16 in one
+// register, as an MMA operand wants them.
+template <KvCacheDtype T>
+__device__ __forceinline__ uint32_t fp8x2_to_half2_bits(uint32_t two_bytes) {
+  constexpr __nv_fp8_interpretation_t kind = T == KvCacheDtype::kFp8E4M3 ? __NV_E4M3 : __NV_E5M2;
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), kind);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// Whether the code the driver runs for `kernel` was built for sm_80 or later (mma.sync m16n8k16 exists); a
+// build for an older target leaves only a trap in the tensor-core kernels. False when no device answers.
+template <typename Kernel>
+inline bool built_for_sm80(Kernel* kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.binaryVersion >= 80;
 }
 
 __device__ __forceinline__ float load_act(const void* base, ActDtype t, int64_t i) {

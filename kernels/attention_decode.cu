@@ -3,6 +3,7 @@
 #include "kernels/launch.cuh"
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/attention_common.cuh"
 
@@ -15,6 +16,8 @@ using attn_detail::kKvBytes;
 using attn_detail::kKvVec;
 using attn_detail::load16;
 using attn_detail::load_act;
+using attn_detail::mma16816;
+using attn_detail::pack2;
 using attn_detail::store_act;
 
 constexpr int kThreads = 128;
@@ -32,6 +35,8 @@ struct DecodeParams {
   int heads_per_cta;
   int head_chunks;    // ceil(group / heads_per_cta)
   float q_scale;      // softmax_scale * log2(e) (* k_scale for fp8): scores live in the log2 domain
+  float mma_q_scale;  // softmax_scale * log2(e): the tensor-core kernel's q (rounded to 16 bits) ...
+  float mma_s_scale;  // ... and k_scale for fp8 applied to its fp32 scores, so a small k_scale never meets fp16's range
   float out_scale;    // v_scale for fp8 caches, else 1: applied once to the output, not per element
   float* part_o;      // [batch][n_heads][splits][head_dim]   (splits > 1)
   float* part_lse;    // [batch][n_heads][splits], log2 domain
@@ -235,6 +240,295 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
   }
 }
 
+// ---- Tensor-core variant (mma.sync m16n8k16, fp32 accumulators), head_dim 64 and 128 ----
+// The (up to 8) query heads of a CTA are the rows of S = Q K^T (a 16-row tile whose rows 8..15 are zero)
+// and the columns of O^T = V^T P^T (n = 8), so P goes from S's accumulators into O^T's B fragments without
+// leaving registers. Each warp walks its own 16-token slices of the split (slice i to warp i % 4) with its own
+// online softmax; the warps merge through shared memory at the end. Operands come straight from 16-byte
+// global loads, no shared memory: thread (g = lane / 4, t4 = lane % 4) loads tokens g and 8 + g of K, a quarter
+// of each row, and spreads it over the k-steps (a dot product does not care in which order the dims are
+// summed, and q is gathered in the same order); it loads tokens 2t4, 2t4+1, 2t4+8, 2t4+9 of V, an eighth of
+// each row, and pairs them across tokens with byte permutes into A fragments whose rows are output dims in a
+// permuted order, put back in place at the merge. bf16 caches multiply in bf16; fp16 and fp8 caches in fp16
+// (fp8 widens exactly); q and P are rounded to that type.
+constexpr int kMmaHeads = 8;   // query heads per CTA (the n of O^T's tiles)
+constexpr int kSlice = 16;     // tokens per warp step (the k of P V)
+
+template <int W>
+__device__ __forceinline__ void load_words(const char* src, bool ok, uint32_t* w) {
+  if constexpr (W % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < W / 4; ++i) {
+      const uint4 v = ok ? load16(src + 16 * i) : make_uint4(0, 0, 0, 0);
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  } else {
+    static_assert(W == 2, "chunk of 8 bytes");
+    const uint2 v = ok ? __ldg(reinterpret_cast<const uint2*>(src)) : make_uint2(0, 0);
+    w[0] = v.x, w[1] = v.y;
+  }
+}
+
+template <KvCacheDtype KV, int D>
+struct MmaChunks {
+  static constexpr int kBytes = kKvBytes<KV>;
+  // K: 4 threads (t4) share a row; thread t4's load i covers row bytes [(4 i + t4) * 16, + 16).
+  static constexpr int kKWords = D / 4 * kBytes / 4;
+  static constexpr int kKElemsPerLoad = 16 / kBytes;
+  // V: 8 threads (g) share a row; thread g's load i covers row bytes [(8 i + g) * L, + L), L = min(16, D / 8 * bytes).
+  static constexpr int kVWords = D / 8 * kBytes / 4;
+  static constexpr int kVLoadBytes = kVWords * 4 < 16 ? kVWords * 4 : 16;
+  static constexpr int kVElemsPerLoad = kVLoadBytes / kBytes;
+  // Row dim of element e of thread t4's K chunk, and of element e of thread g's V chunk.
+  static __device__ __forceinline__ int k_dim(int t4, int e) {
+    return ((e / kKElemsPerLoad) * 4 + t4) * kKElemsPerLoad + e % kKElemsPerLoad;
+  }
+  static __device__ __forceinline__ int v_dim(int g, int e) {
+    return ((e / kVElemsPerLoad) * 8 + g) * kVElemsPerLoad + e % kVElemsPerLoad;
+  }
+};
+
+template <int W, int kLoadBytes>
+__device__ __forceinline__ void load_chunk(const char* row, int lane_in_row, int lanes, bool ok, uint32_t* w) {
+  constexpr int kLoads = W * 4 / kLoadBytes;
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i)
+    load_words<kLoadBytes / 4>(row + (i * lanes + lane_in_row) * kLoadBytes, ok, w + i * (kLoadBytes / 4));
+}
+
+template <KvCacheDtype KV, int D, bool kAhead>
+__global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // never launched: the plan picks SIMT when the built code predates mma.sync m16n8k16
+#else
+  pdl_wait();
+  using T = std::conditional_t<KV == KvCacheDtype::kBf16, __nv_bfloat16, __half>;
+  using C = MmaChunks<KV, D>;
+  constexpr bool kFp8 = kKvBytes<KV> == 1;
+  constexpr int kKSteps = D / 16;  // k-steps of S = Q K^T, and m-blocks of O^T
+  constexpr int kElemBytes = kKvBytes<KV>;
+
+  __shared__ float o_s[kWarps][kMmaHeads][D];
+  __shared__ float m_s[kWarps][kMmaHeads], l_s[kWarps][kMmaHeads];
+
+  const DecodeAttentionArgs& a = p.a;
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / p.head_chunks;
+  const int h0 = kv_head * p.group + (blockIdx.y % p.head_chunks) * p.heads_per_cta;
+  const int n_h = min(p.heads_per_cta, kv_head * p.group + p.group - h0);
+  const int b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int64_t q_stride = a.q_stride ? a.q_stride : int64_t(a.n_heads) * D;
+  const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
+
+  // q's A fragments: row g = head h0 + g; k-step kk takes elements 4 kk .. 4 kk + 3 of this thread's K chunk.
+  uint32_t qa[kKSteps][2];
+  {
+    const int64_t base = b * q_stride + int64_t(h0 + g) * D;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      float x[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        x[i] = g < n_h ? load_act(a.q, a.act_dtype, base + C::k_dim(t4, 4 * kk + i)) * p.mma_q_scale : 0.f;
+      qa[kk][0] = pack2<T>(x[0], x[1]);
+      qa[kk][1] = pack2<T>(x[2], x[3]);
+    }
+  }
+
+  const int seq_len = a.seq_lens[b];
+  const int n_pages = (seq_len + a.page_size - 1) / a.page_size;
+  const int pages_per_split = (n_pages + p.splits - 1) / p.splits;
+  const int start = split * pages_per_split * a.page_size;
+  const int end = min(seq_len, start + pages_per_split * a.page_size);
+  const int32_t* bt = a.block_table + int64_t(b) * a.block_table_stride;
+  const char* kc = static_cast<const char*>(a.k_cache);
+  const char* vc = static_cast<const char*>(a.v_cache);
+  // Slices start page-aligned plus a multiple of 16, so with such pages a slice never crosses a page.
+  const bool one_page = a.page_size % kSlice == 0;
+  const float s_scale = p.mma_s_scale;
+
+  float o[kKSteps][4];
+#pragma unroll
+  for (int mb = 0; mb < kKSteps; ++mb) o[mb][0] = o[mb][1] = o[mb][2] = o[mb][3] = 0.f;
+  float m = -INFINITY, l = 0.f;
+
+  using KWords = uint32_t[2][C::kKWords];
+  using VWords = uint32_t[4][C::kVWords];
+  // Issues slice t0's K and V loads (tokens from end on read as zeros: unused slots may hold NaN).
+  auto load_slice = [&](int t0, KWords& kw, VWords& vw) {
+    int64_t slice_base = 0;  // element offset of token t0's row, when the slice sits in one page
+    if (one_page) {
+      const int page = __ldg(bt + t0 / a.page_size);
+      slice_base = ((int64_t(page) * a.n_kv_heads + kv_head) * a.page_size + t0 % a.page_size) * D;
+    }
+    // Byte offset of token t0 + i's row (only for tokens before end).
+    auto row = [&](int i) -> int64_t {
+      if (one_page) return (slice_base + int64_t(i) * D) * kElemBytes;
+      const int t = t0 + i;
+      const int page = __ldg(bt + t / a.page_size);
+      return (((int64_t(page) * a.n_kv_heads + kv_head) * a.page_size + t % a.page_size) * D) * kElemBytes;
+    };
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int i = 8 * j + g;
+      const bool ok = t0 + i < end;
+      load_chunk<C::kKWords, 16>(kc + (ok ? row(i) : 0), t4, 4, ok, kw[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = 2 * t4 + (j & 1) + 8 * (j >> 1);
+      const bool ok = t0 + i < end;
+      load_chunk<C::kVWords, C::kVLoadBytes>(vc + (ok ? row(i) : 0), g, 8, ok, vw[j]);
+    }
+  };
+
+  auto compute_slice = [&](int t0, const KWords& kw, const VWords& vw) {
+    // S (rows = heads, columns = tokens j * 8 + 2 t4 + {0, 1} of this thread's fragments).
+    float s[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      const uint32_t af[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        uint32_t b0, b1;
+        if constexpr (kFp8) {
+          b0 = attn_detail::fp8x2_to_half2_bits<KV>(kw[j][kk]);
+          b1 = attn_detail::fp8x2_to_half2_bits<KV>(kw[j][kk] >> 16);
+        } else {
+          b0 = kw[j][2 * kk];
+          b1 = kw[j][2 * kk + 1];
+        }
+        mma16816<T>(s[j], af, b0, b1);
+      }
+    }
+    // Online softmax of head g over this slice (the quad's four threads hold its 16 scores).
+    float mt = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[j][e] = t0 + 8 * j + 2 * t4 + e < end ? s[j][e] * s_scale : -INFINITY;
+        mt = fmaxf(mt, s[j][e]);
+      }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float m_new = fmaxf(m, mt);  // finite: token t0 is before end
+    const float alpha = exp2f(m - m_new);
+    m = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[j][e] = exp2f(s[j][e] - m_new);
+        sum += s[j][e];
+      }
+    l = l * alpha + sum;  // this thread's part; the quad's parts are summed at the end
+    // O^T's columns are heads 2 t4 and 2 t4 + 1, whose alphas live in lanes 8 t4 and 8 t4 + 4.
+    const float al0 = __shfl_sync(0xffffffffu, alpha, 8 * t4);
+    const float al1 = __shfl_sync(0xffffffffu, alpha, 8 * t4 + 4);
+#pragma unroll
+    for (int mb = 0; mb < kKSteps; ++mb) {
+      o[mb][0] *= al0;
+      o[mb][1] *= al1;
+      o[mb][2] *= al0;
+      o[mb][3] *= al1;
+    }
+
+    // O^T += V^T P^T: m-block mb's rows g and g + 8 are elements 2 mb and 2 mb + 1 of this thread's V chunk.
+    const uint32_t pb0 = pack2<T>(s[0][0], s[0][1]), pb1 = pack2<T>(s[1][0], s[1][1]);
+#pragma unroll
+    for (int mb = 0; mb < kKSteps; ++mb) {
+      uint32_t af[4];
+      if constexpr (kFp8) {
+        const int w = mb / 2;
+        const uint32_t sel = mb % 2 ? 0x7362u : 0x5140u;  // bytes (x_e, y_e, x_e+1, y_e+1), e = 2 mb % 4
+        const uint32_t x01 = __byte_perm(vw[0][w], vw[1][w], sel);
+        const uint32_t x23 = __byte_perm(vw[2][w], vw[3][w], sel);
+        af[0] = attn_detail::fp8x2_to_half2_bits<KV>(x01);
+        af[1] = attn_detail::fp8x2_to_half2_bits<KV>(x01 >> 16);
+        af[2] = attn_detail::fp8x2_to_half2_bits<KV>(x23);
+        af[3] = attn_detail::fp8x2_to_half2_bits<KV>(x23 >> 16);
+      } else {
+        af[0] = __byte_perm(vw[0][mb], vw[1][mb], 0x5410u);
+        af[1] = __byte_perm(vw[0][mb], vw[1][mb], 0x7632u);
+        af[2] = __byte_perm(vw[2][mb], vw[3][mb], 0x5410u);
+        af[3] = __byte_perm(vw[2][mb], vw[3][mb], 0x7632u);
+      }
+      mma16816<T>(o[mb], af, pb0, pb1);
+    }
+  };
+
+  constexpr int kStride = kWarps * kSlice;
+  const int first = start + warp * kSlice;
+  if constexpr (!kAhead) {
+    for (int t0 = first; t0 < end; t0 += kStride) {
+      uint32_t kw[2][C::kKWords], vw[4][C::kVWords];
+      load_slice(t0, kw, vw);
+      compute_slice(t0, kw, vw);
+    }
+  } else {
+    // Two register sets: the next slice's loads are in flight while this one is multiplied.
+    uint32_t kw0[2][C::kKWords], vw0[4][C::kVWords], kw1[2][C::kKWords], vw1[4][C::kVWords];
+    if (first < end) load_slice(first, kw0, vw0);
+    for (int t0 = first; t0 < end; t0 += 2 * kStride) {
+      if (t0 + kStride < end) load_slice(t0 + kStride, kw1, vw1);
+      compute_slice(t0, kw0, vw0);
+      if (t0 + kStride >= end) break;
+      if (t0 + 2 * kStride < end) load_slice(t0 + 2 * kStride, kw0, vw0);
+      compute_slice(t0 + kStride, kw1, vw1);
+    }
+  }
+
+  // Merge the warps: each leaves (m, l, O) per head in shared memory, dims back in row order.
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (t4 == 0) {
+    m_s[warp][g] = m;
+    l_s[warp][g] = l;
+  }
+#pragma unroll
+  for (int mb = 0; mb < kKSteps; ++mb) {
+    const int d0 = C::v_dim(g, 2 * mb), d1 = C::v_dim(g, 2 * mb + 1);
+    o_s[warp][2 * t4][d0] = o[mb][0];
+    o_s[warp][2 * t4 + 1][d0] = o[mb][1];
+    o_s[warp][2 * t4][d1] = o[mb][2];
+    o_s[warp][2 * t4 + 1][d1] = o[mb][3];
+  }
+  __syncthreads();
+
+  for (int i = tid; i < n_h * D; i += kThreads) {
+    const int hh = i / D, d = i % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][hh]);
+    float num = 0.f, den = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float wt = exp2f(m_s[w][hh] - mx);  // 0 for a warp that saw no token
+        num += wt * o_s[w][hh][d];
+        den += wt * l_s[w][hh];
+      }
+    }
+    const bool empty = den == 0.f;
+    const float val = empty ? 0.f : num * (p.out_scale / den);
+    const int h = h0 + hh;
+    if (p.splits == 1) {
+      store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, val);
+    } else {
+      const int64_t r = (int64_t(b) * a.n_heads + h) * p.splits + split;
+      p.part_o[r * D + d] = val;
+      if (d == 0) p.part_lse[r] = empty ? -INFINITY : mx + log2f(den);
+    }
+  }
+#endif
+}
+
 // Merges the splits of one (sequence, query head) by their log-sum-exp.
 template <int D>
 __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
@@ -261,6 +555,14 @@ template <KvCacheDtype KV, int D>
 cudaError_t launch_d(const DecodeParams& p, const DecodeAttentionPlan& plan, cudaStream_t stream) {
   const dim3 grid(plan.grid_x, plan.grid_y, plan.grid_z);
   cudaError_t err;
+  if constexpr (D <= 128) {
+    if (plan.tensor_cores) {
+      err = plan.mma_ahead ? launch(decode_attention_mma_kernel<KV, D, true>, grid, kThreads, 0, stream, p)
+                           : launch(decode_attention_mma_kernel<KV, D, false>, grid, kThreads, 0, stream, p);
+      if (err != cudaSuccess || p.splits == 1) return err;
+      return launch(decode_combine_kernel<D>, dim3(p.a.n_heads, p.a.batch), D, 0, stream, p);
+    }
+  }
   switch (plan.heads_per_cta) {
     case 1: err = launch(decode_attention_kernel<KV, D, 1>, grid, kThreads, 0, stream, p); break;
     case 2: err = launch(decode_attention_kernel<KV, D, 2>, grid, kThreads, 0, stream, p); break;
@@ -282,6 +584,11 @@ cudaError_t launch_kv(const DecodeParams& p, const DecodeAttentionPlan& plan, cu
   }
 }
 
+bool mma_kernel_runnable() {
+  static const bool ok = attn_detail::built_for_sm80(decode_attention_mma_kernel<KvCacheDtype::kBf16, 128, false>);
+  return ok;
+}
+
 int heads_per_cta_for(int group) {
   int h = 1;
   while (h < group && h < kMaxHeadsPerCta) h *= 2;
@@ -299,7 +606,7 @@ std::string decode_attention_can_implement(const DecodeAttentionArgs& a) {
 }
 
 std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_splits, int sm_count,
-                                  DecodeAttentionPlan* plan) {
+                                  DecodeAttentionPlan* plan, bool allow_tensor_cores) {
   std::string err = decode_attention_can_implement(a);
   if (!err.empty()) return err;
   if (requested_splits < 0 || requested_splits > kMaxSplits || (requested_splits & (requested_splits - 1)) != 0)
@@ -308,13 +615,23 @@ std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_sp
   p.group_size = a.n_heads / a.n_kv_heads;
   p.heads_per_cta = heads_per_cta_for(p.group_size);
   const int head_chunks = (p.group_size + p.heads_per_cta - 1) / p.heads_per_cta;
+  p.tensor_cores = allow_tensor_cores && a.head_dim <= 128 && p.heads_per_cta <= kMmaHeads && mma_kernel_runnable();
+  p.mma_ahead = p.tensor_cores;
   int splits = requested_splits;
   if (splits == 0) {
     const int64_t ctas = int64_t(a.batch) * a.n_kv_heads * head_chunks;
-    // About three CTAs per SM (more bytes in flight), each split at least 128 tokens.
-    const int64_t target = 3 * int64_t(sm_count > 0 ? sm_count : 132);
+    const int64_t sms = sm_count > 0 ? sm_count : 132;
     splits = 1;
-    while (splits < kMaxSplits && ctas * splits < target && a.max_seq_len / (2 * splits) >= 128) splits *= 2;
+    if (p.tensor_cores) {
+      // The most splits that keep the grid within two CTAs per SM (the kernel fits three: 152 registers), each
+      // split at least 128 tokens. Measured on the H200 (kernels/attention.md): 256 CTAs beat 512 at every
+      // batch and context tried, and beat 128 except at batch 1 / 4k, where they tie.
+      while (splits < kMaxSplits && ctas * (2 * splits) <= 2 * sms && a.max_seq_len / (2 * splits) >= 128)
+        splits *= 2;
+    } else {
+      // About three CTAs per SM (more bytes in flight), each split at least 128 tokens.
+      while (splits < kMaxSplits && ctas * splits < 3 * sms && a.max_seq_len / (2 * splits) >= 128) splits *= 2;
+    }
   }
   p.kv_splits = splits;
   p.grid_x = splits;
@@ -339,6 +656,8 @@ cudaError_t decode_attention_run(const DecodeAttentionArgs& a, const DecodeAtten
   const float scale = a.softmax_scale != 0.f ? a.softmax_scale : 1.f / std::sqrt(float(a.head_dim));
   const bool fp8 = kv_dtype_bytes(a.kv_dtype) == 1;
   p.q_scale = scale * kLog2e * (fp8 ? a.k_scale : 1.f);
+  p.mma_q_scale = scale * kLog2e;
+  p.mma_s_scale = fp8 ? a.k_scale : 1.f;
   p.out_scale = fp8 ? a.v_scale : 1.f;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + size_t(a.batch) * a.n_heads * plan.kv_splits * a.head_dim : nullptr;

@@ -60,6 +60,9 @@ struct DecodeAttentionPlan {
   int grid_y = 0;            // n_kv_heads * ceil(group_size / heads_per_cta)
   int grid_z = 0;            // batch
   int threads = 0;
+  bool tensor_cores = false; // mma.sync variant (head_dim 64 / 128 on sm_80+, the default) or SIMT fp32
+  bool mma_ahead = false;    // tensor cores: each warp loads its next 16-token slice while multiplying this one
+                             // (the plan sets it with tensor_cores: faster or equal in every case measured)
   size_t workspace_bytes = 0;  // device scratch run() needs (0 when kv_splits == 1)
 };
 
@@ -72,9 +75,10 @@ inline constexpr int kDecodeMaxKvSplits = 128;
 
 // Fills *plan. requested_splits: the decode_kv_splits knob, 0 or a power of two 1..128; 0 chooses from
 // max_seq_len, batch * n_kv_heads and sm_count (about three CTAs per SM, at least 128 tokens per split).
-// Returns "" or an error message (can_implement's, or a bad requested_splits).
+// allow_tensor_cores = false forces the SIMT variant (the tensor-core one needs head_dim 64 or 128 and code
+// built for sm_80+). Returns "" or an error message (can_implement's, or a bad requested_splits).
 std::string decode_attention_plan(const DecodeAttentionArgs& args, int requested_splits, int sm_count,
-                                  DecodeAttentionPlan* plan);
+                                  DecodeAttentionPlan* plan, bool allow_tensor_cores = true);
 
 // Launches only (no allocation, no sync). workspace: plan.workspace_bytes of device memory, 16-byte
 // aligned (may be null when that is 0). Returns the launch error, if any.

@@ -17,6 +17,8 @@ using attn_detail::kKvBytes;
 using attn_detail::kKvVec;
 using attn_detail::load16;
 using attn_detail::load_act;
+using attn_detail::mma16816;
+using attn_detail::pack2;
 using attn_detail::store_act;
 
 constexpr int kBlockN = 32;       // KV tokens per tile
@@ -207,34 +209,6 @@ constexpr int kMmaStages = 2;
 __host__ __device__ constexpr int mma_threads_for(int block_m) { return block_m * 2; }  // one warp per 16 rows
 constexpr size_t mma_smem_for(int block_m, int d) {
   return size_t(block_m + 2 * kMmaStages * kMmaBlockN) * (d + 8) * 2;
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
 }
 
 template <int = 0>  // a template, so a build whose kernels leave it unused does not warn
@@ -507,17 +481,9 @@ __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_ker
 #endif
 }
 
-// Whether the code the driver runs for the tensor-core kernels was built for sm_80 or later (a build for an
-// older target leaves only the trap in them); false when no device answers.
+// Whether the tensor-core kernels can run here (see attn_detail::built_for_sm80).
 bool mma_kernels_runnable() {
-  static const bool ok = [] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, prefill_attention_mma_kernel<KvCacheDtype::kBf16, 128, 64>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return attr.binaryVersion >= 80;
-  }();
+  static const bool ok = attn_detail::built_for_sm80(prefill_attention_mma_kernel<KvCacheDtype::kBf16, 128, 64>);
   return ok;
 }
 
