@@ -59,6 +59,14 @@ __device__ __forceinline__ void dequant16(const uint4& raw, float scale, float* 
   }
 }
 
+// 2^x by the hardware approximation (ex2.approx.ftz: about 2 ulp, -inf -> 0), for the softmax inner loops;
+// exp2f without fast-math adds range handling to every call.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
 // 16-byte global -> shared copy that bypasses registers; src_bytes 0 writes 16 zero bytes (src unread).

@@ -11,6 +11,7 @@ namespace soartune::kernels {
 namespace {
 
 using attn_detail::dequant16;
+using attn_detail::fast_exp2;
 using attn_detail::kLog2e;
 using attn_detail::kKvBytes;
 using attn_detail::kKvVec;
@@ -417,14 +418,14 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
     mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
     mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
     const float m_new = fmaxf(m, mt);  // finite: token t0 is before end
-    const float alpha = exp2f(m - m_new);
+    const float alpha = fast_exp2(m - m_new);
     m = m_new;
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        s[j][e] = exp2f(s[j][e] - m_new);
+        s[j][e] = fast_exp2(s[j][e] - m_new);
         sum += s[j][e];
       }
     l = l * alpha + sum;  // this thread's part; the quad's parts are summed at the end

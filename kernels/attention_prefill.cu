@@ -12,6 +12,7 @@ using attn_detail::cp_async16;
 using attn_detail::cp_async_commit;
 using attn_detail::cp_async_wait;
 using attn_detail::dequant16;
+using attn_detail::fast_exp2;
 using attn_detail::kLog2e;
 using attn_detail::kKvBytes;
 using attn_detail::kKvVec;
@@ -249,7 +250,7 @@ __device__ __forceinline__ void store_kv_smem(uint16_t* dst, const uint4& raw) {
 }
 
 template <KvCacheDtype KV, int D, int BM>
-__global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_kernel(PrefillParams p) {
+__global__ void __launch_bounds__(mma_threads_for(BM), BM == 128 && kKvBytes<KV> == 2 ? 2 : 1) prefill_attention_mma_kernel(PrefillParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // never launched: the plan picks SIMT when the built code predates mma.sync m16n8k16
 #else
@@ -353,10 +354,9 @@ __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_ker
     *reinterpret_cast<uint32_t*>(&q_s[r * kStride + d]) = pack2<T>(x0, x1);
   }
   __syncthreads();
-  uint32_t qf[kKSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk)
-    ldmatrix_x4(qf[kk], &q_s[(warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8]);
+  // q's A fragments are re-read from shared memory every tile (8 ldmatrix against the tile's 64) rather than
+  // held in 32 registers: that keeps the kernel at 128 registers, two CTAs per SM.
+  const uint16_t* q_row = &q_s[(warp * 16 + lane % 16) * kStride + (lane / 16) * 8];
 
   // Query positions of this thread's two rows; rows past the chunk copy the last one.
   const int pos_lo = prefix + row0 + min(warp * 16 + g, rows - 1);
@@ -386,12 +386,14 @@ __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_ker
       for (int j = 0; j < kSBlocks; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t qf[4];
+        ldmatrix_x4(qf, q_row + kk * 16);
 #pragma unroll
         for (int j = 0; j < kSBlocks; j += 2) {
           uint32_t kb[4];
           ldmatrix_x4(kb, &k_s[(j * 8 + (lane / 16) * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8]);
-          mma16816<T>(s[j], qf[kk], kb[0], kb[1]);
-          mma16816<T>(s[j + 1], qf[kk], kb[2], kb[3]);
+          mma16816<T>(s[j], qf, kb[0], kb[1]);
+          mma16816<T>(s[j + 1], qf, kb[2], kb[3]);
         }
       }
 
@@ -416,16 +418,16 @@ __global__ void __launch_bounds__(mma_threads_for(BM)) prefill_attention_mma_ker
       }
       // A row can be fully masked in a tile only after its first tile, so m_old is then finite.
       const float mn_lo = fmaxf(m_lo, mt_lo), mn_hi = fmaxf(m_hi, mt_hi);
-      const float al_lo = exp2f(m_lo - mn_lo), al_hi = exp2f(m_hi - mn_hi);
+      const float al_lo = fast_exp2(m_lo - mn_lo), al_hi = fast_exp2(m_hi - mn_hi);
       m_lo = mn_lo;
       m_hi = mn_hi;
       float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
       for (int j = 0; j < kSBlocks; ++j) {
-        s[j][0] = exp2f(s[j][0] - mn_lo);
-        s[j][1] = exp2f(s[j][1] - mn_lo);
-        s[j][2] = exp2f(s[j][2] - mn_hi);
-        s[j][3] = exp2f(s[j][3] - mn_hi);
+        s[j][0] = fast_exp2(s[j][0] - mn_lo);
+        s[j][1] = fast_exp2(s[j][1] - mn_lo);
+        s[j][2] = fast_exp2(s[j][2] - mn_hi);
+        s[j][3] = fast_exp2(s[j][3] - mn_hi);
         sum_lo += s[j][0] + s[j][1];
         sum_hi += s[j][2] + s[j][3];
       }
