@@ -43,6 +43,46 @@ struct DecodeParams {
   float* part_lse;    // [batch][n_heads][splits], log2 domain
 };
 
+// What one CTA serves: sequence blockIdx.z, query heads h0 .. h0 + n_h - 1 of KV head kv_head, and the
+// tokens [start, end) of split blockIdx.x (page-aligned ranges of the sequence, fixed at run time).
+struct CtaWork {
+  int b, split, kv_head, h0, n_h, start, end;
+};
+
+__device__ __forceinline__ CtaWork cta_work(const DecodeParams& p) {
+  const DecodeAttentionArgs& a = p.a;
+  CtaWork w;
+  w.b = blockIdx.z;
+  w.split = blockIdx.x;
+  w.kv_head = blockIdx.y / p.head_chunks;
+  w.h0 = w.kv_head * p.group + (blockIdx.y % p.head_chunks) * p.heads_per_cta;
+  w.n_h = min(p.heads_per_cta, w.kv_head * p.group + p.group - w.h0);
+  const int seq_len = a.seq_lens[w.b];
+  const int n_pages = (seq_len + a.page_size - 1) / a.page_size;
+  const int pages_per_split = (n_pages + p.splits - 1) / p.splits;
+  w.start = w.split * pages_per_split * a.page_size;
+  w.end = min(seq_len, w.start + pages_per_split * a.page_size);
+  return w;
+}
+
+// Writes element d of query head h's result, o_sum / l (times the output scale), with log2 max m: into out
+// when there is one split, else into the split's partial row (and its log-sum-exp). l == 0: no token.
+template <int D>
+__device__ __forceinline__ void store_result(const DecodeParams& p, const CtaWork& w, int h, int d, float o_sum,
+                                             float l, float m) {
+  const DecodeAttentionArgs& a = p.a;
+  const bool empty = l == 0.f;
+  const float val = empty ? 0.f : o_sum * (p.out_scale / l);
+  if (p.splits == 1) {
+    const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
+    store_act(a.out, a.act_dtype, w.b * out_stride + int64_t(h) * D + d, val);
+  } else {
+    const int64_t row = (int64_t(w.b) * a.n_heads + h) * p.splits + w.split;
+    p.part_o[row * D + d] = val;
+    if (d == 0) p.part_lse[row] = empty ? -INFINITY : m + log2f(l);
+  }
+}
+
 // One CTA: sequence blockIdx.z, KV head blockIdx.y / head_chunks, split blockIdx.x. Each thread owns
 // kVec consecutive dims (one 16-byte load) of one token per step; kLanes threads cover a head_dim row.
 // A tile's K and V loads are issued together into registers before its scores are computed. (A cp.async ring
@@ -65,11 +105,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
   __shared__ __align__(16) float red_s[kWarps][G][D];
 
   const DecodeAttentionArgs& a = p.a;
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / p.head_chunks;
-  const int h0 = kv_head * p.group + (blockIdx.y % p.head_chunks) * p.heads_per_cta;
-  const int n_h = min(p.heads_per_cta, kv_head * p.group + p.group - h0);
-  const int b = blockIdx.z;
+  const CtaWork w = cta_work(p);
+  const int kv_head = w.kv_head, h0 = w.h0, n_h = w.n_h, b = w.b, start = w.start, end = w.end;
   const int tid = threadIdx.x;
   const int li = tid % kLanes;
   const int kg = tid / kLanes;
@@ -77,7 +114,6 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
   const int warp = tid / 32;
 
   const int64_t q_stride = a.q_stride ? a.q_stride : int64_t(a.n_heads) * D;
-  const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
   for (int i = tid; i < G * D; i += kThreads) {
     const int g = i / D, d = i % D;
     q_s[g][d] = g < n_h ? load_act(a.q, a.act_dtype, b * q_stride + int64_t(h0 + g) * D + d) * p.q_scale : 0.f;
@@ -87,11 +123,6 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     l_s[tid] = 0.f;
   }
 
-  const int seq_len = a.seq_lens[b];
-  const int n_pages = (seq_len + a.page_size - 1) / a.page_size;
-  const int pages_per_split = (n_pages + p.splits - 1) / p.splits;
-  const int start = split * pages_per_split * a.page_size;
-  const int end = min(seq_len, start + pages_per_split * a.page_size);
   const int32_t* bt = a.block_table + int64_t(b) * a.block_table_stride;
   const char* kc = static_cast<const char*>(a.k_cache);
   const char* vc = static_cast<const char*>(a.v_cache);
@@ -226,18 +257,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     const int g = i / D, d = i % D;
     float o = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) o += red_s[w][g][d];
-    const float l = l_s[g];
-    const bool empty = start >= end;
-    const float val = empty ? 0.f : o * (p.out_scale / l);
-    const int h = h0 + g;
-    if (p.splits == 1) {
-      store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, val);
-    } else {
-      const int64_t row = (int64_t(b) * a.n_heads + h) * p.splits + split;
-      p.part_o[row * D + d] = val;
-      if (d == 0) p.part_lse[row] = empty ? -INFINITY : m_s[g] + log2f(l);
-    }
+    for (int wp = 0; wp < kWarps; ++wp) o += red_s[wp][g][d];
+    store_result<D>(p, w, h0 + g, d, o, start >= end ? 0.f : l_s[g], m_s[g]);
   }
 }
 
@@ -313,15 +334,11 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
   __shared__ float m_s[kWarps][kMmaHeads], l_s[kWarps][kMmaHeads];
 
   const DecodeAttentionArgs& a = p.a;
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / p.head_chunks;
-  const int h0 = kv_head * p.group + (blockIdx.y % p.head_chunks) * p.heads_per_cta;
-  const int n_h = min(p.heads_per_cta, kv_head * p.group + p.group - h0);
-  const int b = blockIdx.z;
+  const CtaWork cw = cta_work(p);
+  const int kv_head = cw.kv_head, h0 = cw.h0, n_h = cw.n_h, b = cw.b, start = cw.start, end = cw.end;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
   const int64_t q_stride = a.q_stride ? a.q_stride : int64_t(a.n_heads) * D;
-  const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
 
   // q's A fragments: row g = head h0 + g; k-step kk takes elements 4 kk .. 4 kk + 3 of this thread's K chunk.
   uint32_t qa[kKSteps][2];
@@ -338,11 +355,6 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
     }
   }
 
-  const int seq_len = a.seq_lens[b];
-  const int n_pages = (seq_len + a.page_size - 1) / a.page_size;
-  const int pages_per_split = (n_pages + p.splits - 1) / p.splits;
-  const int start = split * pages_per_split * a.page_size;
-  const int end = min(seq_len, start + pages_per_split * a.page_size);
   const int32_t* bt = a.block_table + int64_t(b) * a.block_table_stride;
   const char* kc = static_cast<const char*>(a.k_cache);
   const char* vc = static_cast<const char*>(a.v_cache);
@@ -516,16 +528,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
         den += wt * l_s[w][hh];
       }
     }
-    const bool empty = den == 0.f;
-    const float val = empty ? 0.f : num * (p.out_scale / den);
-    const int h = h0 + hh;
-    if (p.splits == 1) {
-      store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, val);
-    } else {
-      const int64_t r = (int64_t(b) * a.n_heads + h) * p.splits + split;
-      p.part_o[r * D + d] = val;
-      if (d == 0) p.part_lse[r] = empty ? -INFINITY : mx + log2f(den);
-    }
+    store_result<D>(p, cw, h0 + hh, d, num, den, mx);
   }
 #endif
 }
@@ -624,8 +627,8 @@ std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_sp
     const int64_t sms = sm_count > 0 ? sm_count : 132;
     splits = 1;
     if (p.tensor_cores) {
-      // The most splits that keep the grid within two CTAs per SM (the kernel fits three: 152 registers), each
-      // split at least 128 tokens. Measured on the H200 (kernels/attention.md): 256 CTAs beat 512 at every
+      // The most splits that keep the grid within two CTAs per SM (the slice-ahead kernel keeps two resident
+      // for 16-bit caches at 227 registers, three for fp8 at 167), each split at least 128 tokens. Measured on the H200 (kernels/attention.md): 256 CTAs beat 512 at every
       // batch and context tried, and beat 128 except at batch 1 / 4k, where they tie.
       while (splits < kMaxSplits && ctas * (2 * splits) <= 2 * sms && a.max_seq_len / (2 * splits) >= 128)
         splits *= 2;
