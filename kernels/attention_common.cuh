@@ -67,6 +67,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// t / page_size and t % page_size without an integer division when page_size is a power of two (the usual
+// case); any other size divides. Built once per CTA.
+struct PageDiv {
+  int size, shift;  // shift < 0: not a power of two
+  __device__ __forceinline__ explicit PageDiv(int page_size) : size(page_size), shift(-1) {
+    if ((page_size & (page_size - 1)) == 0)
+      for (shift = 0; (1 << shift) < page_size; ++shift) {}
+  }
+  __device__ __forceinline__ int page(int t) const { return shift >= 0 ? t >> shift : t / size; }
+  __device__ __forceinline__ int slot(int t) const { return shift >= 0 ? t & (size - 1) : t % size; }
+};
+
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
 // 16-byte global -> shared copy that bypasses registers; src_bytes 0 writes 16 zero bytes (src unread).

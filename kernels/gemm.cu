@@ -96,8 +96,9 @@ cudaError_t dequantize_to_bf16_run(const DeviceLinear& w, void* out, cudaStream_
   return cudaGetLastError();
 }
 
-std::string gemm_run(const GemmContext& ctx, const DeviceLinear& w, const void* x, int64_t ldx, float* y,
-                     int64_t ldy, int m, cudaStream_t stream) {
+std::string gemm_run(const GemmContext& ctx, const DeviceLinear& w, const void* x, int64_t ldx, void* y,
+                     int64_t ldy, int m, cudaStream_t stream, bool out_bf16, bool accumulate) {
+  if (accumulate && out_bf16) return "accumulate: only into an fp32 y (out_bf16 is set)";
   const void* wb = w.w;
   if (w.format != WeightFormat::kBf16) {
     const cudaError_t e = dequantize_to_bf16_run(w, ctx.scratch, stream);
@@ -106,10 +107,10 @@ std::string gemm_run(const GemmContext& ctx, const DeviceLinear& w, const void* 
   }
   cublasStatus_t s = cublasSetStream(ctx.cublas, stream);
   if (s != CUBLAS_STATUS_SUCCESS) return std::string("cublasSetStream: ") + cublas_name(s);
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
   // Column-major view: Y^T [n][m] = W^T(op T of the [k][n] column-major W) * X^T [k][m].
   s = cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, w.n, m, w.k, &alpha, wb, CUDA_R_16BF, w.k, x, CUDA_R_16BF,
-                   int(ldx ? ldx : w.k), &beta, y, CUDA_R_32F, int(ldy ? ldy : w.n), CUBLAS_COMPUTE_32F,
+                   int(ldx ? ldx : w.k), &beta, y, out_bf16 ? CUDA_R_16BF : CUDA_R_32F, int(ldy ? ldy : w.n), CUBLAS_COMPUTE_32F,
                    CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS)
     return std::string("cublasGemmEx(n=") + std::to_string(w.n) + ", m=" + std::to_string(m) +

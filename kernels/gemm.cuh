@@ -30,8 +30,11 @@ std::string gemm_can_implement(const DeviceLinear& w, int m, const GemmContext& 
 // W (any format) -> bf16 [n][k] at out. Launch only.
 cudaError_t dequantize_to_bf16_run(const DeviceLinear& w, void* out, cudaStream_t stream);
 
+// Y [m][n] = X [m][k] W^T, fp32 accumulation; Y is fp32, or bf16 when out_bf16 (half the bytes written, and
+// half read by the consumer: the prefill qkv and gate|up projections feed RoPE and SwiGLU this way).
+// accumulate (fp32 Y only): Y += X W^T (beta = 1), an output projection adding itself into the residual.
 // Launches only (cuBLAS on `stream`). Returns "" or an error naming the failing call.
-std::string gemm_run(const GemmContext& ctx, const DeviceLinear& w, const void* x, int64_t ldx, float* y,
-                     int64_t ldy, int m, cudaStream_t stream);
+std::string gemm_run(const GemmContext& ctx, const DeviceLinear& w, const void* x, int64_t ldx, void* y,
+                     int64_t ldy, int m, cudaStream_t stream, bool out_bf16 = false, bool accumulate = false);
 
 }  // namespace soartune::kernels

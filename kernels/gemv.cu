@@ -84,7 +84,24 @@ struct KernelArgs {
   int n, k, group, batch;
   int64_t x_stride, y_stride;
   bool out_bf16;
+  bool accumulate;
+  bool x_swiglu;  // x is gate|up: x[b][j] = bf16(silu(x[b][j]) * x[b][k + j])
 };
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
+
+// Eight bf16 SwiGLU inputs from 8 gate and 8 up values: the same arithmetic and rounding as swiglu_run.
+__device__ __forceinline__ uint4 swiglu8(const uint4& g, const uint4& u) {
+  const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
+  uint32_t r[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 gf = __bfloat1622float2(bits_bf16x2(gw[i]));
+    const float2 uf = __bfloat1622float2(bits_bf16x2(uw[i]));
+    r[i] = bf16x2_bits(__floats2bfloat162_rn(silu_mul(gf.x, uf.x), silu_mul(gf.y, uf.y)));
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
 
 // Thread (g = lane / 4, t = lane % 4) of a warp loads, for its chunk c, rows g and g + 8 of each m-tile and
 // x[b = g of each batch tile][chunk c]. The mma k-slots 2t, 2t+1 (and 2t+8, 2t+9) of mma m hold the chunk's
@@ -159,7 +176,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
           const uint4* xp = reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V);
 #pragma unroll
           for (int i = 0; i < V / 8; ++i) {
-            const uint4 v = __ldg(xp + i);
+            const uint4 v = a.x_swiglu ? swiglu8(__ldg(xp + i), __ldg(xp + i + a.k / 8)) : __ldg(xp + i);
             xb[4 * i] = v.x;
             xb[4 * i + 1] = v.y;
             xb[4 * i + 2] = v.z;
@@ -203,7 +220,8 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
     if (a.out_bf16) {
       reinterpret_cast<__nv_bfloat16*>(a.y)[b * a.y_stride + row] = __float2bfloat16_rn(s);
     } else {
-      reinterpret_cast<float*>(a.y)[b * a.y_stride + row] = s;
+      float* y = reinterpret_cast<float*>(a.y) + b * a.y_stride + row;
+      *y = a.accumulate ? *y + s : s;
     }
   }
 }
@@ -289,10 +307,13 @@ std::string gemv_can_implement(const GemvArgs& a, const std::string& variant) {
     return "k: " + std::to_string(a.w.k) + " is not a positive multiple of " + std::to_string(v) + " for " +
            weight_format_name(a.w.format);
   if (!a.w.w || !a.x || !a.y) return "pointers: w, x and y must be device pointers";
+  if (a.accumulate && a.out_bf16) return "accumulate: only into an fp32 y (out_bf16 is set)";
   if ((reinterpret_cast<uintptr_t>(a.w.w) | reinterpret_cast<uintptr_t>(a.x)) % 16 != 0)
     return "pointers: w and x must be 16-byte aligned";
   const int64_t xs = a.x_stride ? a.x_stride : a.w.k;
   if (xs % 8 != 0) return "x_stride: must be a multiple of 8 elements";
+  if (a.x_swiglu && a.x_stride != 0 && a.x_stride < 2 * int64_t(a.w.k))
+    return "x_stride: with x_swiglu, must be 0 or >= 2k (a gate|up row)";
   if (is_quantized(a.w.format)) {
     if (!a.w.scales) return "scales: quantised weights need a scale pointer";
     if (a.w.group <= 0 || a.w.k % a.w.group != 0 || a.w.group % v != 0)
@@ -308,11 +329,11 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
   GemvPlan p;
   p.n_tiles = (a.batch + 7) / 8;
   if (variant == "auto") {
-    // Measured on the H200 (docs/PERF.md, runs 1 and 3), whole-model decode at batch 1 and 8: 16-bit weights
-    // are fastest with 16 warps per row tile (the small qkv / o layers get more loads in flight), 4-bit with
-    // m1w8u2; deeper unrolling costs occupancy more than it gains. int8 takes m1w8u2 (not yet compared).
-    const bool wide16 = a.w.format == WeightFormat::kBf16 || a.w.format == WeightFormat::kFp16;
-    p.variant = find_variant(wide16 ? "m1w16u2" : "m1w8u2");
+    // Measured on the H200 (docs/PERF.md), whole-model decode at batch 1 and 8: 16-bit weights are fastest
+    // with 16 warps per row tile (runs 1 and 3: the small qkv / o layers get more loads in flight), and so is
+    // int4 since the PDL prefetch (runs 12 and 15: g128 b1 2.856-2.865 ms against 2.913-2.939 for m1w8u2);
+    // deeper unrolling costs occupancy more than it gains. int8 takes m1w8u2 (not yet compared).
+    p.variant = find_variant(a.w.format == WeightFormat::kInt8 ? "m1w8u2" : "m1w16u2");
   } else {
     p.variant = find_variant(variant);
   }
@@ -336,9 +357,11 @@ cudaError_t gemv_run(const GemvArgs& a, const GemvPlan& p, cudaStream_t stream) 
   ka.k = a.w.k;
   ka.group = a.w.group;
   ka.batch = a.batch;
-  ka.x_stride = a.x_stride ? a.x_stride : a.w.k;
+  ka.x_stride = a.x_stride ? a.x_stride : (a.x_swiglu ? 2 : 1) * int64_t(a.w.k);
+  ka.x_swiglu = a.x_swiglu;
   ka.y_stride = a.y_stride ? a.y_stride : a.w.n;
   ka.out_bf16 = a.out_bf16;
+  ka.accumulate = a.accumulate;
   switch (a.w.format) {
     case WeightFormat::kBf16: return launch_format<WeightFormat::kBf16>(ka, p, stream);
     case WeightFormat::kFp16: return launch_format<WeightFormat::kFp16>(ka, p, stream);

@@ -36,7 +36,9 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
   const int h0 = blockIdx.y * heads_per_cta;
   const int h1 = min(n_all, h0 + heads_per_cta);
   const int64_t stride = a.qkv_stride ? a.qkv_stride : q_dim + 2 * a.n_kv_heads * hd;
-  const float* row = a.qkv + int64_t(i) * stride;
+  const float* row_f = static_cast<const float*>(a.qkv) + int64_t(i) * stride;
+  const __nv_bfloat16* row_b = static_cast<const __nv_bfloat16*>(a.qkv) + int64_t(i) * stride;
+  auto in = [&](int c) { return a.qkv_bf16 ? __bfloat162float(row_b[c]) : row_f[c]; };
   const float pos = float(a.positions[i]);
   if (h0 < a.n_heads + a.n_kv_heads) {  // this group rotates something
     for (int j = threadIdx.x; j < half; j += kThreads) {
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
   for (int idx = threadIdx.x; idx < n_items; idx += kThreads) {
     const int head = h0 + idx / half, j = idx % half;
     const int base = head * hd;  // q heads, k heads, v heads are contiguous in qkv
-    float x1 = row[base + j], x2 = row[base + j + half];
+    float x1 = in(base + j), x2 = in(base + j + half);
     if (a.bias) {
       x1 += a.bias[base + j];
       x2 += a.bias[base + j + half];

@@ -1,12 +1,13 @@
 // RoPE (half-split rotation, HF rotate_half) on q and k, fused with the write of k and v into the paged KV
 // cache in its dtype (kernels/attention_paged.h layout).
 //
-// qkv    fp32 [T][q_dim + 2 * kv_dim] (q | k | v, as the fused qkv projection writes it), row i at qkv + i * qkv_stride
+// qkv    fp32 (or bf16 when qkv_bf16) [T][q_dim + 2 * kv_dim] (q | k | v, as the fused qkv projection writes
+//        it), row i at qkv + i * qkv_stride
 // bias   optional fp32 [q_dim + 2 * kv_dim], added first (Qwen2-style attention bias)
 // q_out  bf16 [T][q_dim] rotated queries
 // kv_slot[T] = page * page_size + slot of token i; positions[T] its position; angle = pos * theta^(-2j / head_dim)
 // k_cache / v_cache: one layer, cache dtype; fp8 stores value / k_scale (v_scale).
-// Bytes per call: T * ((q_dim + 2 kv_dim) * 4 + q_dim * 2 + 2 * kv_dim * kv_bytes). FLOPs: ~6 * T * (q_dim + kv_dim).
+// Bytes per call: T * ((q_dim + 2 kv_dim) * (4 or 2) + q_dim * 2 + 2 * kv_dim * kv_bytes). FLOPs: ~6 * T * (q_dim + kv_dim).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,7 +20,8 @@
 namespace soartune::kernels {
 
 struct RopeKvArgs {
-  const float* qkv = nullptr;
+  const void* qkv = nullptr;
+  bool qkv_bf16 = false;               // qkv holds bf16 (else fp32)
   int64_t qkv_stride = 0;              // 0 = q_dim + 2 * kv_dim
   const float* bias = nullptr;         // optional
   void* q_out = nullptr;               // bf16

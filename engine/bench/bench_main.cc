@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
                   4.0 * cfg.layers * cfg.q_dim() * (double(len) * (len + 1) / 2);
         emit(roofline(r, ceil));
       }
-      if (do_var && kv == kn::KvCacheDtype::kBf16 && (fm.name == "bf16" || fm.name == "int4g128")) {
+      if (do_var && kv == kn::KvCacheDtype::kBf16 && (fm.name == "bf16" || fm.name == "int8" || fm.name == "int4g128")) {
         // Whole-model decode with each GEMV variant forced: the gemv_variant knob as the tuner sees it.
         for (const std::string& v : kn::gemv_variant_names()) {
           st::engine::cuda::CudaOptions ov = o;

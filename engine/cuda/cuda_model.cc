@@ -281,7 +281,6 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   const int narrow = std::max(c.hidden, c.intermediate);
   auto A = [&](void** p, size_t b) { return alloc(p, b); };
   SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&residual_), size_t(T) * c.hidden * 4));
-  SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&add_), size_t(T) * c.hidden * 4));
   SOARTUNE_STATUS_TRY(A(&xn_, size_t(std::max(T, R)) * narrow * 2));
   SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&wide_), size_t(T) * wide * 4));
   SOARTUNE_STATUS_TRY(A(&q_, size_t(T) * c.q_dim() * 2));
@@ -428,19 +427,24 @@ Status CudaModel::capture_graph(int batch) {
 
 // ---- the step ----
 
-Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, float* y, int rows) {
+Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16,
+                         bool accumulate, bool x_swiglu) {
   if (rows <= kn::kGemvMaxBatch) {
     kn::GemvArgs g;
     g.w = w;
     g.x = x;
     g.y = y;
     g.batch = rows;
+    g.out_bf16 = out_bf16;
+    g.accumulate = accumulate;
+    g.x_swiglu = x_swiglu;
     kn::GemvPlan plan;
     SOARTUNE_KERNEL_TRY(kn::gemv_plan(g, opt_.gemv_variant, &plan));
     SOARTUNE_CUDA_TRY(kn::gemv_run(g, plan, stream_));
     return Status::Ok();
   }
-  SOARTUNE_KERNEL_TRY(kn::gemm_run(gemm_, w, x, w.k, y, w.n, rows, stream_));
+  if (x_swiglu) return Status::Internal("linear: the SwiGLU prologue exists only for the decode GEMV");
+  SOARTUNE_KERNEL_TRY(kn::gemm_run(gemm_, w, x, w.k, y, w.n, rows, stream_, out_bf16, accumulate));
   return Status::Ok();
 }
 
@@ -453,7 +457,7 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     const CudaLayer& L = layers_[l];
     kn::RmsNormArgs na;
     na.residual = residual_;
-    na.add = l == 0 ? nullptr : add_;
+    na.add = nullptr;  // the o and down projections add themselves into the residual
     na.gamma = L.attn_norm;
     na.out = xn_;
     na.rows = T;
@@ -461,10 +465,12 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     na.eps = c.rms_eps;
     SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
     mark("rmsnorm");
-    SOARTUNE_STATUS_TRY(linear(L.qkv, xn_, wide_, T));
+    // q|k|v in bf16, as a 16-bit reference model rounds them: RoPE reads half the bytes.
+    SOARTUNE_STATUS_TRY(linear(L.qkv, xn_, wide_, T, /*out_bf16=*/true));
     mark("linear_qkv");
     kn::RopeKvArgs ra;
     ra.qkv = wide_;
+    ra.qkv_bf16 = true;
     ra.bias = L.qkv_bias;
     ra.q_out = q_;
     ra.k_cache = k_cache_[l];
@@ -524,23 +530,29 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
       SOARTUNE_CUDA_TRY(kn::prefill_attention_run(pa, plan, stream_));
     }
     mark("attention");
-    SOARTUNE_STATUS_TRY(linear(L.o, attn_, add_, T));
+    SOARTUNE_STATUS_TRY(linear(L.o, attn_, residual_, T, false, /*accumulate=*/true));
     mark("linear_o");
-    na.add = add_;
     na.gamma = L.mlp_norm;
     SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
     mark("rmsnorm");
-    SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T));
+    // gate|up in bf16, as a 16-bit reference model rounds it: SwiGLU reads half the bytes.
+    SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true));
     mark("linear_gate_up");
-    SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_));
-    mark("swiglu");
-    SOARTUNE_STATUS_TRY(linear(L.down, xn_, add_, T));
-    mark("linear_down");
+    if (T <= kn::kGemvMaxBatch) {
+      // Decode: the down GEMV computes SwiGLU while it loads its x from the gate|up output.
+      SOARTUNE_STATUS_TRY(linear(L.down, wide_, residual_, T, false, /*accumulate=*/true, /*x_swiglu=*/true));
+      mark("linear_down+swiglu");
+    } else {
+      SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_, /*gate_up_bf16=*/true));
+      mark("swiglu");
+      SOARTUNE_STATUS_TRY(linear(L.down, xn_, residual_, T, false, /*accumulate=*/true));
+      mark("linear_down");
+    }
   }
   if (rows_out == 0) return Status::Ok();  // a prefill chunk that only fills the KV cache
   kn::RmsNormArgs fa;
   fa.residual = residual_;
-  fa.add = layers_.empty() ? nullptr : add_;
+  fa.add = nullptr;
   fa.row_index = d_out_rows_;
   fa.gamma = final_norm_;
   fa.out = xn_;

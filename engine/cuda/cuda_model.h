@@ -104,7 +104,11 @@ class CudaModel {
   struct Staging;  // host layout of the per-step inputs
   Status alloc(void** p, size_t bytes);
   Status upload_linear(const std::vector<const QuantizedLinear*>& parts, kernels::DeviceLinear* out);
-  Status linear(const kernels::DeviceLinear& w, const void* x, float* y, int rows);
+  // y = x W^T: fp32, or bf16 when out_bf16 (qkv and gate|up, read only by RoPE and SwiGLU); accumulate:
+  // y += x W^T (o and down add themselves into the fp32 residual stream); x_swiglu (GEMV rows only): x is
+  // the bf16 gate|up output and the GEMV applies SwiGLU as it loads it.
+  Status linear(const kernels::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16 = false,
+                bool accumulate = false, bool x_swiglu = false);
   Status run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out);
   Status capture_graph(int batch);
   Status copy_inputs(const Step& step, bool decode_only, int* max_q_len, int* max_seq_len);
@@ -142,7 +146,6 @@ class CudaModel {
   int32_t* h_inputs_ = nullptr;    // pinned mirror of d_inputs_
   size_t inputs_words_ = 0;
   float* residual_ = nullptr;      // [T][hidden]
-  float* add_ = nullptr;           // [T][hidden] (o and down outputs)
   void* xn_ = nullptr;             // bf16 [T][max(hidden, intermediate)]
   float* wide_ = nullptr;          // [T][max(qkv, 2 intermediate)]
   void* q_ = nullptr;              // bf16 [T][q_dim]

@@ -90,15 +90,24 @@ TEST(RopeKvWrite, EveryKvDtypeMatchesTheTwinAndTouchesOnlyItsSlots) {
         slot.push_back((i * 37) % (pages * page));  // distinct: 37 and 96 are coprime
       }
     }
-    for (KvCacheDtype dt : {KvCacheDtype::kBf16, KvCacheDtype::kFp16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2}) {
+    for (int variant = 0; variant < 5; ++variant) {  // each KV dtype with fp32 qkv, then bf16 qkv (bf16 KV)
+      const KvCacheDtype dt = variant == 4 ? KvCacheDtype::kBf16 : KvCacheDtype(variant);
+      const bool in_bf16 = variant == 4;
+      SCOPED_TRACE(in_bf16 ? "bf16 qkv" : "fp32 qkv");
+      if (in_bf16)  // the twin runs on the same rounded values
+        for (float& x : qkv) x = bf16_to_floats({f32_to_bf16(x)})[0];
+      std::vector<uint16_t> qkv_b(qkv.size());
+      for (size_t e = 0; e < qkv.size(); ++e) qkv_b[e] = f32_to_bf16(qkv[e]);
       PagedKvLayout lay{KVH, hd, page, dt};
       const size_t cache_bytes = lay.page_bytes() * pages;
       Dev dqkv(qkv.size() * 4), db(width * 4), dq(size_t(T) * q_dim * 2), dk(cache_bytes), dv(cache_bytes),
           dpos(T * 4), dslot(T * 4);
-      dqkv.upload(qkv), db.upload(bias), dpos.upload(pos), dslot.upload(slot);
+      if (in_bf16) dqkv.upload(qkv_b);
+      else dqkv.upload(qkv);
+      db.upload(bias), dpos.upload(pos), dslot.upload(slot);
       const float ks = kv_dtype_bytes(dt) == 1 ? 0.5f : 1.f, vs = kv_dtype_bytes(dt) == 1 ? 0.25f : 1.f;
       RopeKvArgs a;
-      a.qkv = dqkv.as<float>(), a.bias = db.as<float>(), a.q_out = dq.p, a.k_cache = dk.p, a.v_cache = dv.p;
+      a.qkv = dqkv.p, a.qkv_bf16 = in_bf16, a.bias = db.as<float>(), a.q_out = dq.p, a.k_cache = dk.p, a.v_cache = dv.p;
       a.positions = dpos.as<int32_t>(), a.kv_slot = dslot.as<int32_t>(), a.tokens = T, a.n_heads = H;
       a.n_kv_heads = KVH, a.head_dim = hd, a.page_size = page, a.kv_dtype = dt, a.rope_theta = 500000.f;
       a.k_scale = ks, a.v_scale = vs;
@@ -139,16 +148,27 @@ TEST(RopeKvWrite, EveryKvDtypeMatchesTheTwinAndTouchesOnlyItsSlots) {
 TEST(SwiGlu, MatchesTheTwin) {
   KT_SKIP_WITHOUT_GPU("SwiGLU kernel");
   std::mt19937_64 rng(test::new_seed());
-  const int T = 9, f = 1536;
-  auto gu = uniform(rng, size_t(T) * 2 * f, -6, 6);
-  Dev dgu(gu.size() * 4), dout(size_t(T) * f * 2);
-  dgu.upload(gu);
-  dout.poison();
-  KT_CUDA(swiglu_run(dgu.as<float>(), dout.p, T, f, nullptr));
-  KT_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ref(size_t(T) * f);
-  swiglu_ref(gu.data(), T, f, ref.data());
-  EXPECT_LT(test::normalized_error(bf16_to_floats(dout.download<uint16_t>(ref.size())), ref), 1e-2);
+  for (int f : {1536, 1538}) {  // the 4-wide kernel and the scalar one
+    const int T = 9;
+    auto gu = uniform(rng, size_t(T) * 2 * f, -6, 6);
+    for (bool in_bf16 : {false, true}) {
+      // bf16 input: the twin runs on the same rounded gate|up values.
+      std::vector<uint16_t> gub(gu.size());
+      std::vector<float> gin = gu;
+      for (size_t i = 0; i < gu.size(); ++i) gub[i] = f32_to_bf16(gu[i]);
+      if (in_bf16) gin = bf16_to_floats(gub);
+      Dev dgu(gu.size() * 4), dout(size_t(T) * f * 2);
+      if (in_bf16) dgu.upload(gub);
+      else dgu.upload(gu);
+      dout.poison();
+      KT_CUDA(swiglu_run(dgu.p, dout.p, T, f, nullptr, in_bf16));
+      KT_CUDA(cudaDeviceSynchronize());
+      std::vector<float> ref(size_t(T) * f);
+      swiglu_ref(gin.data(), T, f, ref.data());
+      EXPECT_LT(test::normalized_error(bf16_to_floats(dout.download<uint16_t>(ref.size())), ref), 1e-2)
+          << "f " << f << " bf16 input " << in_bf16;
+    }
+  }
 }
 
 TEST(Argmax, MatchesTheTwinWithTiesAndNaN) {
@@ -206,14 +226,27 @@ TEST(PrefillGemm, EveryFormatMatchesTheTwin) {
     if (!scales.empty()) ds.upload(scales);
     DeviceLinear dl{f, n, k, group, dw.p, scales.empty() ? nullptr : ds.as<float>()};
     ASSERT_EQ(gemm_can_implement(dl, m, ctx), "");
-    dy.poison();
-    ASSERT_EQ(gemm_run(ctx, dl, dx.p, k, dy.as<float>(), n, m, nullptr), "");
-    KT_CUDA(cudaDeviceSynchronize());
     HostLinear hl{f, n, k, group, w.data(), scales.empty() ? nullptr : scales.data()};
     std::vector<float> ref(size_t(m) * n);
     linear_ref(hl, xf.data(), m, ref.data());
-    EXPECT_LT(test::normalized_error(dy.download<float>(ref.size()), ref), f == WeightFormat::kBf16 ? 1e-4 : 1e-2)
-        << weight_format_name(f);
+    for (int epilogue = 0; epilogue < 3; ++epilogue) {  // fp32, bf16, fp32 accumulated into y
+      const bool out_bf16 = epilogue == 1, accumulate = epilogue == 2;
+      dy.poison();
+      std::vector<float> want = ref;
+      if (accumulate) {  // y starts as a random residual; the reference adds it
+        const auto base = uniform(rng, ref.size(), -2, 2);
+        dy.upload(base);
+        for (size_t i = 0; i < want.size(); ++i) want[i] += base[i];
+      }
+      ASSERT_EQ(gemm_run(ctx, dl, dx.p, k, dy.p, n, m, nullptr, out_bf16, accumulate), "");
+      KT_CUDA(cudaDeviceSynchronize());
+      const std::vector<float> got =
+          out_bf16 ? bf16_to_floats(dy.download<uint16_t>(ref.size())) : dy.download<float>(ref.size());
+      // bf16 output: one rounding of each result (relative 2^-9).
+      EXPECT_LT(test::normalized_error(got, want), out_bf16 ? 1e-2 : f == WeightFormat::kBf16 ? 1e-4 : 1e-2)
+          << weight_format_name(f) << " epilogue " << epilogue;
+    }
+    EXPECT_NE(gemm_run(ctx, dl, dx.p, k, dy.p, n, m, nullptr, true, true).find("accumulate"), std::string::npos);
   }
   cublasDestroy(h);
 }

@@ -8,6 +8,7 @@
 
 #include "kernels/gemv.cuh"
 #include "kernels/gemv_ref.h"
+#include "kernels/ops_ref.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace soartune::kernels {
@@ -107,18 +108,39 @@ TEST(Gemv, EveryVariantFormatGroupAndBatchMatchesTheTwin) {
       linear_ref(w.host, xf.data(), batch, ref.data());
       Dev dx(xb.size() * 2), dy((size_t(batch) * n + 64) * 4);
       dx.upload(xb);
+      // A gate|up input for the fused SwiGLU prologue; its reference runs on the rounded SwiGLU values.
+      std::vector<uint16_t> gub;
+      std::vector<float> guf;
+      test::random_bf16(rng, size_t(batch) * 2 * k, 3.f, &gub, &guf);
+      std::vector<float> sw(size_t(batch) * k), ref_sw(size_t(batch) * n);
+      swiglu_ref(guf.data(), batch, k, sw.data());
+      for (float& e : sw) e = bf16_to_f32(f32_to_bf16(e));
+      linear_ref(w.host, sw.data(), batch, ref_sw.data());
+      Dev dgu(gub.size() * 2);
+      dgu.upload(gub);
       for (const std::string& v : variants) {
-        for (bool out_bf16 : {false, true}) {
-          if (out_bf16 && batch != 3) continue;  // the bf16 epilogue once per case
+        // fp32, bf16, fp32 accumulated into y, SwiGLU of a gate|up x
+        for (int epilogue = 0; epilogue < 4; ++epilogue) {
+          const bool out_bf16 = epilogue == 1, accumulate = epilogue == 2, x_swiglu = epilogue == 3;
+          if (epilogue > 0 && batch != 3) continue;  // the other epilogues once per case
           GemvArgs a;
           a.w = {c.format, n, k, group, dw.p, w.scales.empty() ? nullptr : ds.as<float>()};
-          a.x = dx.p;
+          a.x = x_swiglu ? dgu.p : dx.p;
+          a.x_swiglu = x_swiglu;
           a.y = dy.p;
           a.batch = batch;
           a.out_bf16 = out_bf16;
+          a.accumulate = accumulate;
           GemvPlan plan;
           ASSERT_EQ(gemv_plan(a, v, &plan), "");
           dy.poison();
+          std::vector<float> base;
+          if (accumulate) {  // y starts as a random residual; the reference adds it
+            std::uniform_real_distribution<float> bu(-2.f, 2.f);
+            base.resize(size_t(batch) * n);
+            for (float& e : base) e = bu(rng);
+            KT_CUDA(cudaMemcpy(dy.p, base.data(), base.size() * 4, cudaMemcpyHostToDevice));
+          }
           KT_CUDA(gemv_run(a, plan, nullptr));
           KT_CUDA(cudaDeviceSynchronize());
           std::vector<float> out(size_t(batch) * n);
@@ -131,9 +153,12 @@ TEST(Gemv, EveryVariantFormatGroupAndBatchMatchesTheTwin) {
             std::copy(raw.begin(), raw.begin() + out.size(), out.begin());
             for (size_t i = out.size(); i < raw.size(); ++i) ASSERT_TRUE(std::isnan(raw[i])) << "wrote past the output";
           }
-          const double err = test::normalized_error(out, ref);
+          std::vector<float> want = x_swiglu ? ref_sw : ref;
+          for (size_t i = 0; i < base.size(); ++i) want[i] += base[i];
+          const double err = test::normalized_error(out, want);
           EXPECT_LT(err, out_bf16 ? 1e-2 : bound_for(c.format))
-              << weight_format_name(c.format) << " group " << group << " batch " << batch << " variant " << v;
+              << weight_format_name(c.format) << " group " << group << " batch " << batch << " variant " << v
+              << " epilogue " << epilogue;
         }
       }
     }
