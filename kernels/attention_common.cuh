@@ -160,5 +160,15 @@ __device__ __forceinline__ void store_act(void* base, ActDtype t, int64_t i, flo
     default: static_cast<float*>(base)[i] = v; break;
   }
 }
+// Elements i and i + 1: one 4-byte store for 16-bit types when element i is 4-byte aligned.
+__device__ __forceinline__ void store_act2(void* base, ActDtype t, int64_t i, float v0, float v1) {
+  if (t != ActDtype::kFp32 && ((reinterpret_cast<uintptr_t>(base) + 2 * i) & 3) == 0) {
+    uint32_t* p = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + i);
+    *p = t == ActDtype::kBf16 ? pack2<__nv_bfloat16>(v0, v1) : pack2<__half>(v0, v1);
+    return;
+  }
+  store_act(base, t, i, v0);
+  store_act(base, t, i + 1, v1);
+}
 
 }  // namespace soartune::kernels::attn_detail

@@ -21,6 +21,7 @@ using attn_detail::load_act;
 using attn_detail::mma16816;
 using attn_detail::pack2;
 using attn_detail::store_act;
+using attn_detail::store_act2;
 
 constexpr int kBlockN = 32;       // KV tokens per tile
 constexpr int kRowsPerThread = 4;
@@ -367,15 +368,40 @@ __global__ void __launch_bounds__(mma_threads_for(BM, RT), mma_min_blocks(BM, RT
   issue_tile(0, 0);  // in flight while q is staged
 
   const float q_scale = p.q_scale * (kFp8 ? a.k_scale : 1.f);
-  for (int i = tid; i < BM * D / 2; i += kThreads) {
-    const int r = (2 * i) / D, d = (2 * i) % D;
-    float x0 = 0.f, x1 = 0.f;
-    if (r < rows) {
-      const int64_t base = (q_begin + row0 + r) * q_stride + int64_t(h) * D + d;
-      x0 = load_act(a.q, a.act_dtype, base) * q_scale;
-      x1 = load_act(a.q, a.act_dtype, base + 1) * q_scale;
+  // 16-bit q in 16-byte loads when its rows are 16-byte aligned; otherwise element by element.
+  const bool q_vec = a.act_dtype != ActDtype::kFp32 && reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && q_stride % 8 == 0;
+  if (q_vec) {
+    for (int i = tid; i < BM * D / 8; i += kThreads) {
+      const int r = (8 * i) / D, d = (8 * i) % D;
+      uint32_t w[4] = {0u, 0u, 0u, 0u};
+      if (r < rows) {
+        const int64_t base = (q_begin + row0 + r) * q_stride + int64_t(h) * D + d;
+        const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.q) + base);
+        const uint32_t in[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float2 f;
+          if (a.act_dtype == ActDtype::kBf16) {
+            f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[e]));
+          } else {
+            f = __half22float2(*reinterpret_cast<const __half2*>(&in[e]));
+          }
+          w[e] = pack2<T>(f.x * q_scale, f.y * q_scale);
+        }
+      }
+      *reinterpret_cast<uint4*>(&q_s[r * kStride + d]) = make_uint4(w[0], w[1], w[2], w[3]);
     }
-    *reinterpret_cast<uint32_t*>(&q_s[r * kStride + d]) = pack2<T>(x0, x1);
+  } else {
+    for (int i = tid; i < BM * D / 2; i += kThreads) {
+      const int r = (2 * i) / D, d = (2 * i) % D;
+      float x0 = 0.f, x1 = 0.f;
+      if (r < rows) {
+        const int64_t base = (q_begin + row0 + r) * q_stride + int64_t(h) * D + d;
+        x0 = load_act(a.q, a.act_dtype, base) * q_scale;
+        x1 = load_act(a.q, a.act_dtype, base + 1) * q_scale;
+      }
+      *reinterpret_cast<uint32_t*>(&q_s[r * kStride + d]) = pack2<T>(x0, x1);
+    }
   }
   __syncthreads();
   // q's A fragments are re-read from shared memory every tile (RT x 8 ldmatrix against the tile's 64) rather
@@ -523,16 +549,12 @@ __global__ void __launch_bounds__(mma_threads_for(BM, RT), mma_min_blocks(BM, RT
 #pragma unroll
     for (int nd = 0; nd < kOBlocks; ++nd) {
       const int d = nd * 8 + 2 * t4;
-      if (r_lo < rows) {
-        const int64_t base = (q_begin + row0 + r_lo) * out_stride + int64_t(h) * D + d;
-        store_act(a.out, a.act_dtype, base, o[r][nd][0] * inv_lo);
-        store_act(a.out, a.act_dtype, base + 1, o[r][nd][1] * inv_lo);
-      }
-      if (r_hi < rows) {
-        const int64_t base = (q_begin + row0 + r_hi) * out_stride + int64_t(h) * D + d;
-        store_act(a.out, a.act_dtype, base, o[r][nd][2] * inv_hi);
-        store_act(a.out, a.act_dtype, base + 1, o[r][nd][3] * inv_hi);
-      }
+      if (r_lo < rows)
+        store_act2(a.out, a.act_dtype, (q_begin + row0 + r_lo) * out_stride + int64_t(h) * D + d, o[r][nd][0] * inv_lo,
+                   o[r][nd][1] * inv_lo);
+      if (r_hi < rows)
+        store_act2(a.out, a.act_dtype, (q_begin + row0 + r_hi) * out_stride + int64_t(h) * D + d, o[r][nd][2] * inv_hi,
+                   o[r][nd][3] * inv_hi);
     }
   }
 #endif
