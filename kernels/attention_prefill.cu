@@ -210,28 +210,25 @@ __global__ void __launch_bounds__(threads_for(BM)) prefill_attention_kernel(Pref
 }
 
 // ---- Tensor-core variant (mma.sync m16n8k16, fp32 accumulators), head_dim 64 and 128 ----
-// Each warp owns RT x 16 query rows; KV tiles of kMmaBlockN tokens. bf16 caches run bf16 MMAs; fp16 and fp8
+// Each warp owns 16 query rows; KV tiles of kMmaBlockN tokens. bf16 caches run bf16 MMAs; fp16 and fp8
 // caches run fp16 MMAs (fp8 widens to fp16 exactly; k_scale is folded into q and v_scale into the output).
 // Operands sit in shared memory rows padded by 16 bytes, so the 8 row addresses of each ldmatrix hit
 // different banks. S = Q K^T stays in registers and becomes P's A fragments directly.
-// RT = 2 (32 rows a warp, built for BM 128: 4 warps) feeds each K and V fragment read from shared memory to
-// two MMAs instead of one, halving the shared-memory bytes per MMA, at twice the accumulator registers.
+// 32 rows a warp (each K and V fragment read from shared memory feeding two MMAs, 4 warps at up to 255
+// registers) was built and measured slower on the H200: 0.606 against 0.591 ms for a 4k bf16 layer, fp8
+// 0.722 against 0.666 (docs/PERF.md run 16).
 // K/V tiles are double-buffered: tile i+1 is in flight while tile i is multiplied (16-bit caches: cp.async
 // straight into shared memory; fp8 caches: 16-byte loads into registers, widened and stored after the
 // tile's MMAs), so one barrier per tile remains and the loads no longer wait on the MMAs.
 constexpr int kMmaBlockN = 64;
 constexpr int kMmaStages = 2;
-constexpr int kAutoWarpRows = 16;  // warp_rows when the caller leaves it to the plan
 
-__host__ __device__ constexpr int mma_threads_for(int block_m, int rt) { return block_m / (16 * rt) * 32; }
+__host__ __device__ constexpr int mma_threads_for(int block_m) { return block_m * 2; }  // one warp per 16 rows
 constexpr size_t mma_smem_for(int block_m, int d) {
   return size_t(block_m + 2 * kMmaStages * kMmaBlockN) * (d + 8) * 2;
 }
-// CTAs per SM the register bound aims at: 16-bit caches at 16 rows a warp fit two CTAs of BM 128 in 128
-// registers a thread; 32 rows a warp at BM 128 is 4 warps, two CTAs at up to 255 registers.
-__host__ __device__ constexpr int mma_min_blocks(int block_m, int rt, bool wide_kv) {
-  return block_m == 128 && (rt == 2 || wide_kv) ? 2 : 1;
-}
+// CTAs per SM the register bound aims at: for 16-bit caches two CTAs of BM 128 in 128 registers a thread.
+__host__ __device__ constexpr int mma_min_blocks(int block_m, bool wide_kv) { return block_m == 128 && wide_kv ? 2 : 1; }
 
 template <int = 0>  // a template, so a build whose kernels leave it unused does not warn
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem_row) {
@@ -270,15 +267,15 @@ __device__ __forceinline__ void store_kv_smem(uint16_t* dst, const uint4& raw) {
   }
 }
 
-template <KvCacheDtype KV, int D, int BM, int RT>
-__global__ void __launch_bounds__(mma_threads_for(BM, RT), mma_min_blocks(BM, RT, kKvBytes<KV> == 2))
+template <KvCacheDtype KV, int D, int BM>
+__global__ void __launch_bounds__(mma_threads_for(BM), mma_min_blocks(BM, kKvBytes<KV> == 2))
     prefill_attention_mma_kernel(PrefillParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // never launched: the plan picks SIMT when the built code predates mma.sync m16n8k16
 #else
   using T = std::conditional_t<KV == KvCacheDtype::kBf16, __nv_bfloat16, __half>;
-  constexpr int kThreads = mma_threads_for(BM, RT);
-  constexpr int kWarpRows = 16 * RT;
+  constexpr int kThreads = mma_threads_for(BM);
+  constexpr int kWarpRows = 16;
   constexpr int kBN = kMmaBlockN;
   constexpr int kStride = D + 8;             // elements per shared-memory row
   constexpr int kVec = kKvVec<KV>;           // cache elements per 16-byte load
@@ -404,24 +401,18 @@ __global__ void __launch_bounds__(mma_threads_for(BM, RT), mma_min_blocks(BM, RT
     }
   }
   __syncthreads();
-  // q's A fragments are re-read from shared memory every tile (RT x 8 ldmatrix against the tile's 64) rather
+  // q's A fragments are re-read from shared memory every tile (8 ldmatrix against the tile's 64) rather
   // than held in registers: at 16 rows a warp that keeps the kernel at 128 registers, two CTAs per SM.
   const int warp_row0 = warp * kWarpRows;
   const uint16_t* q_row = &q_s[(warp_row0 + lane % 16) * kStride + (lane / 16) * 8];
 
-  // Query positions of this thread's two rows of each 16-row tile; rows past the chunk copy the last one.
-  int pos_lo[RT], pos_hi[RT];
-  float m_lo[RT], m_hi[RT], l_lo[RT], l_hi[RT];
-  float o[RT][kOBlocks][4];
+  // Query positions of this thread's two rows; rows past the chunk copy the last one.
+  const int pos_lo = prefix + row0 + min(warp_row0 + g, rows - 1);
+  const int pos_hi = prefix + row0 + min(warp_row0 + g + 8, rows - 1);
+  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+  float o[kOBlocks][4];
 #pragma unroll
-  for (int r = 0; r < RT; ++r) {
-    pos_lo[r] = prefix + row0 + min(warp_row0 + r * 16 + g, rows - 1);
-    pos_hi[r] = prefix + row0 + min(warp_row0 + r * 16 + g + 8, rows - 1);
-    m_lo[r] = m_hi[r] = -INFINITY;
-    l_lo[r] = l_hi[r] = 0.f;
-#pragma unroll
-    for (int nd = 0; nd < kOBlocks; ++nd) o[r][nd][0] = o[r][nd][1] = o[r][nd][2] = o[r][nd][3] = 0.f;
-  }
+  for (int nd = 0; nd < kOBlocks; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
 
   store_tile(0);
   const int warp_first_pos = prefix + row0 + min(warp_row0, rows - 1);
@@ -438,97 +429,80 @@ __global__ void __launch_bounds__(mma_threads_for(BM, RT), mma_min_blocks(BM, RT
     const uint16_t* v_s = k_s + kBN * kStride;
     // Warps whose rows all lie before this tile skip it (their keys here are all masked).
     if (t0 <= warp_last_pos) {
-      float s[RT][kSBlocks][4];
+      float s[kSBlocks][4];
 #pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int j = 0; j < kSBlocks; ++j) s[r][j][0] = s[r][j][1] = s[r][j][2] = s[r][j][3] = 0.f;
+      for (int j = 0; j < kSBlocks; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
-        uint32_t qf[RT][4];
-#pragma unroll
-        for (int r = 0; r < RT; ++r) ldmatrix_x4(qf[r], q_row + r * 16 * kStride + kk * 16);
+        uint32_t qf[4];
+        ldmatrix_x4(qf, q_row + kk * 16);
 #pragma unroll
         for (int j = 0; j < kSBlocks; j += 2) {
           uint32_t kb[4];
           ldmatrix_x4(kb, &k_s[(j * 8 + (lane / 16) * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8]);
-#pragma unroll
-          for (int r = 0; r < RT; ++r) {
-            mma16816<T>(s[r][j], qf[r], kb[0], kb[1]);
-            mma16816<T>(s[r][j + 1], qf[r], kb[2], kb[3]);
-          }
+          mma16816<T>(s[j], qf, kb[0], kb[1]);
+          mma16816<T>(s[j + 1], qf, kb[2], kb[3]);
         }
       }
 
       const bool diagonal = t0 + kBN - 1 > warp_first_pos;  // only then can a key of the tile follow a row
+      float mt_lo = -INFINITY, mt_hi = -INFINITY;
 #pragma unroll
-      for (int r = 0; r < RT; ++r) {
-        float mt_lo = -INFINITY, mt_hi = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kSBlocks; ++j) {
-          if (diagonal) {
-            const int key = t0 + j * 8 + 2 * t4;
-            if (key > pos_lo[r]) s[r][j][0] = -INFINITY;
-            if (key + 1 > pos_lo[r]) s[r][j][1] = -INFINITY;
-            if (key > pos_hi[r]) s[r][j][2] = -INFINITY;
-            if (key + 1 > pos_hi[r]) s[r][j][3] = -INFINITY;
-          }
-          mt_lo = fmaxf(mt_lo, fmaxf(s[r][j][0], s[r][j][1]));
-          mt_hi = fmaxf(mt_hi, fmaxf(s[r][j][2], s[r][j][3]));
+      for (int j = 0; j < kSBlocks; ++j) {
+        if (diagonal) {
+          const int key = t0 + j * 8 + 2 * t4;
+          if (key > pos_lo) s[j][0] = -INFINITY;
+          if (key + 1 > pos_lo) s[j][1] = -INFINITY;
+          if (key > pos_hi) s[j][2] = -INFINITY;
+          if (key + 1 > pos_hi) s[j][3] = -INFINITY;
         }
+        mt_lo = fmaxf(mt_lo, fmaxf(s[j][0], s[j][1]));
+        mt_hi = fmaxf(mt_hi, fmaxf(s[j][2], s[j][3]));
+      }
 #pragma unroll
-        for (int off = 1; off < 4; off *= 2) {
-          mt_lo = fmaxf(mt_lo, __shfl_xor_sync(0xffffffffu, mt_lo, off));
-          mt_hi = fmaxf(mt_hi, __shfl_xor_sync(0xffffffffu, mt_hi, off));
-        }
-        // Every row sees key 0 in tile 0, so a row fully masked in a later tile has a finite m already.
-        const float mn_lo = fmaxf(m_lo[r], mt_lo), mn_hi = fmaxf(m_hi[r], mt_hi);
-        const float al_lo = fast_exp2(m_lo[r] - mn_lo), al_hi = fast_exp2(m_hi[r] - mn_hi);
-        m_lo[r] = mn_lo;
-        m_hi[r] = mn_hi;
-        float sum_lo = 0.f, sum_hi = 0.f;
+      for (int off = 1; off < 4; off *= 2) {
+        mt_lo = fmaxf(mt_lo, __shfl_xor_sync(0xffffffffu, mt_lo, off));
+        mt_hi = fmaxf(mt_hi, __shfl_xor_sync(0xffffffffu, mt_hi, off));
+      }
+      // Every row sees key 0 in tile 0, so a row fully masked in a later tile has a finite m already.
+      const float mn_lo = fmaxf(m_lo, mt_lo), mn_hi = fmaxf(m_hi, mt_hi);
+      const float al_lo = fast_exp2(m_lo - mn_lo), al_hi = fast_exp2(m_hi - mn_hi);
+      m_lo = mn_lo;
+      m_hi = mn_hi;
+      float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
-        for (int j = 0; j < kSBlocks; ++j) {
-          s[r][j][0] = fast_exp2(s[r][j][0] - mn_lo);
-          s[r][j][1] = fast_exp2(s[r][j][1] - mn_lo);
-          s[r][j][2] = fast_exp2(s[r][j][2] - mn_hi);
-          s[r][j][3] = fast_exp2(s[r][j][3] - mn_hi);
-          sum_lo += s[r][j][0] + s[r][j][1];
-          sum_hi += s[r][j][2] + s[r][j][3];
-        }
-        l_lo[r] = l_lo[r] * al_lo + sum_lo;   // per-thread partial; the quad's partials are summed at the end
-        l_hi[r] = l_hi[r] * al_hi + sum_hi;
-        // After the first tiles a row's max rarely grows: the warp skips the rescale (alphas all 1) then.
-        if (__any_sync(0xffffffffu, al_lo != 1.f || al_hi != 1.f)) {
+      for (int j = 0; j < kSBlocks; ++j) {
+        s[j][0] = fast_exp2(s[j][0] - mn_lo);
+        s[j][1] = fast_exp2(s[j][1] - mn_lo);
+        s[j][2] = fast_exp2(s[j][2] - mn_hi);
+        s[j][3] = fast_exp2(s[j][3] - mn_hi);
+        sum_lo += s[j][0] + s[j][1];
+        sum_hi += s[j][2] + s[j][3];
+      }
+      l_lo = l_lo * al_lo + sum_lo;   // per-thread partial; the quad's partials are summed at the end
+      l_hi = l_hi * al_hi + sum_hi;
+      // After the first tiles a row's max rarely grows: the warp skips the rescale (alphas all 1) then.
+      if (__any_sync(0xffffffffu, al_lo != 1.f || al_hi != 1.f)) {
 #pragma unroll
-          for (int nd = 0; nd < kOBlocks; ++nd) {
-            o[r][nd][0] *= al_lo;
-            o[r][nd][1] *= al_lo;
-            o[r][nd][2] *= al_hi;
-            o[r][nd][3] *= al_hi;
-          }
+        for (int nd = 0; nd < kOBlocks; ++nd) {
+          o[nd][0] *= al_lo;
+          o[nd][1] *= al_lo;
+          o[nd][2] *= al_hi;
+          o[nd][3] *= al_hi;
         }
       }
 
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) {
-        uint32_t pa[RT][4];
-#pragma unroll
-        for (int r = 0; r < RT; ++r) {
-          pa[r][0] = pack2<T>(s[r][2 * kk][0], s[r][2 * kk][1]);
-          pa[r][1] = pack2<T>(s[r][2 * kk][2], s[r][2 * kk][3]);
-          pa[r][2] = pack2<T>(s[r][2 * kk + 1][0], s[r][2 * kk + 1][1]);
-          pa[r][3] = pack2<T>(s[r][2 * kk + 1][2], s[r][2 * kk + 1][3]);
-        }
+        const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
         for (int nd = 0; nd < kOBlocks; nd += 2) {
           uint32_t vb[4];
           ldmatrix_x4_trans(vb, &v_s[(kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kStride + nd * 8 + (lane / 16) * 8]);
-#pragma unroll
-          for (int r = 0; r < RT; ++r) {
-            mma16816<T>(o[r][nd], pa[r], vb[0], vb[1]);
-            mma16816<T>(o[r][nd + 1], pa[r], vb[2], vb[3]);
-          }
+          mma16816<T>(o[nd], pa, vb[0], vb[1]);
+          mma16816<T>(o[nd + 1], pa, vb[2], vb[3]);
         }
       }
     }
@@ -537,54 +511,45 @@ __global__ void __launch_bounds__(mma_threads_for(BM, RT), mma_min_blocks(BM, RT
 
   const float v_scale = kFp8 ? a.v_scale : 1.f;
 #pragma unroll
-  for (int r = 0; r < RT; ++r) {
-    float lo = l_lo[r], hi = l_hi[r];
+  for (int off = 1; off < 4; off *= 2) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+  const int r_lo = warp_row0 + g, r_hi = r_lo + 8;
+  const float inv_lo = v_scale / l_lo, inv_hi = v_scale / l_hi;
 #pragma unroll
-    for (int off = 1; off < 4; off *= 2) {
-      lo += __shfl_xor_sync(0xffffffffu, lo, off);
-      hi += __shfl_xor_sync(0xffffffffu, hi, off);
-    }
-    const int r_lo = warp_row0 + r * 16 + g, r_hi = r_lo + 8;
-    const float inv_lo = v_scale / lo, inv_hi = v_scale / hi;
-#pragma unroll
-    for (int nd = 0; nd < kOBlocks; ++nd) {
-      const int d = nd * 8 + 2 * t4;
-      if (r_lo < rows)
-        store_act2(a.out, a.act_dtype, (q_begin + row0 + r_lo) * out_stride + int64_t(h) * D + d, o[r][nd][0] * inv_lo,
-                   o[r][nd][1] * inv_lo);
-      if (r_hi < rows)
-        store_act2(a.out, a.act_dtype, (q_begin + row0 + r_hi) * out_stride + int64_t(h) * D + d, o[r][nd][2] * inv_hi,
-                   o[r][nd][3] * inv_hi);
-    }
+  for (int nd = 0; nd < kOBlocks; ++nd) {
+    const int d = nd * 8 + 2 * t4;
+    if (r_lo < rows)
+      store_act2(a.out, a.act_dtype, (q_begin + row0 + r_lo) * out_stride + int64_t(h) * D + d, o[nd][0] * inv_lo,
+                 o[nd][1] * inv_lo);
+    if (r_hi < rows)
+      store_act2(a.out, a.act_dtype, (q_begin + row0 + r_hi) * out_stride + int64_t(h) * D + d, o[nd][2] * inv_hi,
+                 o[nd][3] * inv_hi);
   }
 #endif
 }
 
 // Whether the tensor-core kernels can run here (see attn_detail::built_for_sm80).
 bool mma_kernels_runnable() {
-  static const bool ok = attn_detail::built_for_sm80(prefill_attention_mma_kernel<KvCacheDtype::kBf16, 128, 64, 1>);
+  static const bool ok = attn_detail::built_for_sm80(prefill_attention_mma_kernel<KvCacheDtype::kBf16, 128, 64>);
   return ok;
 }
 
-template <KvCacheDtype KV, int D, int BM, int RT>
+template <KvCacheDtype KV, int D, int BM>
 cudaError_t launch_mma(const PrefillParams& p, const PrefillAttentionPlan& plan, cudaStream_t stream) {
-  auto* kernel = prefill_attention_mma_kernel<KV, D, BM, RT>;
+  auto* kernel = prefill_attention_mma_kernel<KV, D, BM>;
   static const cudaError_t attr_err = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mma_smem_for(BM, D)));
   if (attr_err != cudaSuccess) return attr_err;
-  kernel<<<dim3(plan.grid_x, plan.grid_y, plan.grid_z), mma_threads_for(BM, RT), mma_smem_for(BM, D), stream>>>(p);
+  kernel<<<dim3(plan.grid_x, plan.grid_y, plan.grid_z), mma_threads_for(BM), mma_smem_for(BM, D), stream>>>(p);
   return cudaGetLastError();
 }
 
 template <KvCacheDtype KV, int D, int BM>
 cudaError_t launch_bm(const PrefillParams& p, const PrefillAttentionPlan& plan, cudaStream_t stream) {
   if constexpr (D <= 128) {
-    if (plan.tensor_cores) {
-      if constexpr (BM == 128) {
-        if (plan.warp_rows == 32) return launch_mma<KV, D, BM, 2>(p, plan, stream);
-      }
-      return launch_mma<KV, D, BM, 1>(p, plan, stream);
-    }
+    if (plan.tensor_cores) return launch_mma<KV, D, BM>(p, plan, stream);
   }
   auto* kernel = prefill_attention_kernel<KV, D, BM>;
   static const cudaError_t attr_err = cudaFuncSetAttribute(
@@ -626,18 +591,15 @@ std::string prefill_attention_can_implement(const PrefillAttentionArgs& a) {
 }
 
 std::string prefill_attention_plan(const PrefillAttentionArgs& a, int block_m, PrefillAttentionPlan* plan,
-                                   bool allow_tensor_cores, int warp_rows) {
+                                   bool allow_tensor_cores) {
   std::string err = prefill_attention_can_implement(a);
   if (!err.empty()) return err;
   if (block_m != 32 && block_m != 64 && block_m != 128) return "prefill_attn_block: allowed 32, 64, 128";
-  if (warp_rows != 0 && warp_rows != 16 && warp_rows != 32) return "warp_rows: allowed 0 (auto), 16, 32";
   PrefillAttentionPlan p;
   p.block_m = block_m;
   p.tensor_cores = allow_tensor_cores && a.head_dim <= 128 && mma_kernels_runnable();
-  p.warp_rows = 16;
-  if (p.tensor_cores && block_m == 128) p.warp_rows = warp_rows == 0 ? kAutoWarpRows : warp_rows;
   p.block_n = p.tensor_cores ? kMmaBlockN : kBlockN;
-  p.threads = p.tensor_cores ? mma_threads_for(block_m, p.warp_rows / 16) : threads_for(block_m);
+  p.threads = p.tensor_cores ? mma_threads_for(block_m) : threads_for(block_m);
   p.grid_x = (a.max_q_len + block_m - 1) / block_m;
   p.grid_y = a.n_heads;
   p.grid_z = a.batch;

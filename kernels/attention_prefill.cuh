@@ -10,7 +10,7 @@
 //
 // Work: one CTA per (block of prefill_attn_block query rows, query head, sequence), KV tiles through shared
 // memory, online softmax in fp32, the causal bound cutting the KV loop short. Two variants:
-//   tensor cores (head_dim 64, 128): mma.sync m16n8k16 with fp32 accumulators, one warp per 16 or 32 query rows,
+//   tensor cores (head_dim 64, 128): mma.sync m16n8k16 with fp32 accumulators, one warp per 16 query rows,
 //     KV tiles of 64 tokens; bf16 caches multiply in bf16, fp16 and fp8 caches in fp16 (fp8 widens exactly);
 //     q and P are rounded to that type.
 //   SIMT (any head_dim, or when tensor cores are not allowed): fp32 FMAs, KV tiles of 32 tokens.
@@ -57,8 +57,6 @@ struct PrefillAttentionPlan {
   int block_m = 64;          // query rows per CTA (prefill_attn_block knob: 32, 64, 128)
   bool tensor_cores = true;  // mma.sync variant or SIMT fp32; the plan picks tensor cores when allowed,
                              // head_dim <= 128 and the build holds sm_80+ code for the device
-  int warp_rows = 16;        // tensor cores: query rows per warp, 16 or 32 (block_m 128); 32 feeds each K/V
-                             // fragment read from shared memory to two MMAs, at twice the accumulators
   int block_n = 64;          // KV tokens per tile (64 tensor cores, 32 SIMT)
   int threads = 0;
   int grid_x = 0;            // ceil(max_q_len / block_m)
@@ -71,10 +69,9 @@ struct PrefillAttentionPlan {
 std::string prefill_attention_can_implement(const PrefillAttentionArgs& args);
 
 // block_m: the prefill_attn_block knob (32, 64 or 128). allow_tensor_cores = false forces the SIMT variant.
-// warp_rows: 0 lets the plan choose, else 16 or 32 (tensor cores with block_m 128; otherwise 16 is used).
 // Returns "" or an error message.
 std::string prefill_attention_plan(const PrefillAttentionArgs& args, int block_m, PrefillAttentionPlan* plan,
-                                   bool allow_tensor_cores = true, int warp_rows = 0);
+                                   bool allow_tensor_cores = true);
 
 // Launches only. Returns the launch error, if any.
 cudaError_t prefill_attention_run(const PrefillAttentionArgs& args, const PrefillAttentionPlan& plan,

@@ -85,23 +85,7 @@ struct KernelArgs {
   int64_t x_stride, y_stride;
   bool out_bf16;
   bool accumulate;
-  bool x_swiglu;  // x is gate|up: x[b][j] = bf16(silu(x[b][j]) * x[b][k + j])
 };
-
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
-
-// Eight bf16 SwiGLU inputs from 8 gate and 8 up values: the same arithmetic and rounding as swiglu_run.
-__device__ __forceinline__ uint4 swiglu8(const uint4& g, const uint4& u) {
-  const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
-  uint32_t r[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 gf = __bfloat1622float2(bits_bf16x2(gw[i]));
-    const float2 uf = __bfloat1622float2(bits_bf16x2(uw[i]));
-    r[i] = bf16x2_bits(__floats2bfloat162_rn(silu_mul(gf.x, uf.x), silu_mul(gf.y, uf.y)));
-  }
-  return make_uint4(r[0], r[1], r[2], r[3]);
-}
 
 // Thread (g = lane / 4, t = lane % 4) of a warp loads, for its chunk c, rows g and g + 8 of each m-tile and
 // x[b = g of each batch tile][chunk c]. The mma k-slots 2t, 2t+1 (and 2t+8, 2t+9) of mma m hold the chunk's
@@ -176,7 +160,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
           const uint4* xp = reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V);
 #pragma unroll
           for (int i = 0; i < V / 8; ++i) {
-            const uint4 v = a.x_swiglu ? swiglu8(__ldg(xp + i), __ldg(xp + i + a.k / 8)) : __ldg(xp + i);
+            const uint4 v = __ldg(xp + i);
             xb[4 * i] = v.x;
             xb[4 * i + 1] = v.y;
             xb[4 * i + 2] = v.z;
@@ -312,8 +296,6 @@ std::string gemv_can_implement(const GemvArgs& a, const std::string& variant) {
     return "pointers: w and x must be 16-byte aligned";
   const int64_t xs = a.x_stride ? a.x_stride : a.w.k;
   if (xs % 8 != 0) return "x_stride: must be a multiple of 8 elements";
-  if (a.x_swiglu && a.x_stride != 0 && a.x_stride < 2 * int64_t(a.w.k))
-    return "x_stride: with x_swiglu, must be 0 or >= 2k (a gate|up row)";
   if (is_quantized(a.w.format)) {
     if (!a.w.scales) return "scales: quantised weights need a scale pointer";
     if (a.w.group <= 0 || a.w.k % a.w.group != 0 || a.w.group % v != 0)
@@ -357,8 +339,7 @@ cudaError_t gemv_run(const GemvArgs& a, const GemvPlan& p, cudaStream_t stream) 
   ka.k = a.w.k;
   ka.group = a.w.group;
   ka.batch = a.batch;
-  ka.x_stride = a.x_stride ? a.x_stride : (a.x_swiglu ? 2 : 1) * int64_t(a.w.k);
-  ka.x_swiglu = a.x_swiglu;
+  ka.x_stride = a.x_stride ? a.x_stride : a.w.k;
   ka.y_stride = a.y_stride ? a.y_stride : a.w.n;
   ka.out_bf16 = a.out_bf16;
   ka.accumulate = a.accumulate;

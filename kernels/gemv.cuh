@@ -1,9 +1,7 @@
 // Decode GEMV / skinny GEMM on the tensor cores: y[b][n] = sum_k x[b][k] * W[n][k] for batch 1..32, weights
 // in any kernels/weight_format.h format, dequantisation fused (codes -> bf16 in registers, never to memory).
 //
-// x   [batch][k] bf16, row b at x + b * x_stride (elements); with x_swiglu, x is a gate|up row [batch][2k]
-//     (stride x_stride >= 2k) and the GEMV multiplies bf16(silu(gate) * up) (the SwiGLU kernel's values),
-//     so a decode step's down projection reads the gate|up output directly and SwiGLU is no kernel of its own
+// x   [batch][k] bf16, row b at x + b * x_stride (elements)
 // y   [batch][n] fp32 (or bf16 when out_bf16), row b at y + b * y_stride; with accumulate (fp32 only)
 //     y += x W^T, so an output projection adds itself into the residual stream in its epilogue
 // W   DeviceLinear (weight_format.h)
@@ -39,7 +37,6 @@ struct GemvArgs {
   int64_t y_stride = 0;      // 0 = n
   bool out_bf16 = false;
   bool accumulate = false;   // y += result (fp32 y only)
-  bool x_swiglu = false;     // x is gate|up bf16 [batch][2k]; x_stride 0 = 2k
 };
 
 struct GemvPlan {

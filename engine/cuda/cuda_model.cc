@@ -428,7 +428,7 @@ Status CudaModel::capture_graph(int batch) {
 // ---- the step ----
 
 Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16,
-                         bool accumulate, bool x_swiglu) {
+                         bool accumulate) {
   if (rows <= kn::kGemvMaxBatch) {
     kn::GemvArgs g;
     g.w = w;
@@ -437,13 +437,11 @@ Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int 
     g.batch = rows;
     g.out_bf16 = out_bf16;
     g.accumulate = accumulate;
-    g.x_swiglu = x_swiglu;
     kn::GemvPlan plan;
     SOARTUNE_KERNEL_TRY(kn::gemv_plan(g, opt_.gemv_variant, &plan));
     SOARTUNE_CUDA_TRY(kn::gemv_run(g, plan, stream_));
     return Status::Ok();
   }
-  if (x_swiglu) return Status::Internal("linear: the SwiGLU prologue exists only for the decode GEMV");
   SOARTUNE_KERNEL_TRY(kn::gemm_run(gemm_, w, x, w.k, y, w.n, rows, stream_, out_bf16, accumulate));
   return Status::Ok();
 }
@@ -538,16 +536,10 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     // gate|up in bf16, as a 16-bit reference model rounds it: SwiGLU reads half the bytes.
     SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true));
     mark("linear_gate_up");
-    if (T <= kn::kGemvMaxBatch) {
-      // Decode: the down GEMV computes SwiGLU while it loads its x from the gate|up output.
-      SOARTUNE_STATUS_TRY(linear(L.down, wide_, residual_, T, false, /*accumulate=*/true, /*x_swiglu=*/true));
-      mark("linear_down+swiglu");
-    } else {
-      SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_, /*gate_up_bf16=*/true));
-      mark("swiglu");
-      SOARTUNE_STATUS_TRY(linear(L.down, xn_, residual_, T, false, /*accumulate=*/true));
-      mark("linear_down");
-    }
+    SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_, /*gate_up_bf16=*/true));
+    mark("swiglu");
+    SOARTUNE_STATUS_TRY(linear(L.down, xn_, residual_, T, false, /*accumulate=*/true));
+    mark("linear_down");
   }
   if (rows_out == 0) return Status::Ok();  // a prefill chunk that only fills the KV cache
   kn::RmsNormArgs fa;

@@ -105,10 +105,9 @@ class CudaModel {
   Status alloc(void** p, size_t bytes);
   Status upload_linear(const std::vector<const QuantizedLinear*>& parts, kernels::DeviceLinear* out);
   // y = x W^T: fp32, or bf16 when out_bf16 (qkv and gate|up, read only by RoPE and SwiGLU); accumulate:
-  // y += x W^T (o and down add themselves into the fp32 residual stream); x_swiglu (GEMV rows only): x is
-  // the bf16 gate|up output and the GEMV applies SwiGLU as it loads it.
+  // y += x W^T (o and down add themselves into the fp32 residual stream).
   Status linear(const kernels::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16 = false,
-                bool accumulate = false, bool x_swiglu = false);
+                bool accumulate = false);
   Status run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out);
   Status capture_graph(int batch);
   Status copy_inputs(const Step& step, bool decode_only, int* max_q_len, int* max_seq_len);

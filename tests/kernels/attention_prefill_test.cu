@@ -92,14 +92,11 @@ double check_case(const Case& c, const std::vector<int>& blocks, uint64_t seed) 
 
   double worst = 0;
   for (int bm : blocks) {
-    for (int variant = 0; variant < 3; ++variant) {  // tensor cores 16 rows a warp, 32 rows a warp, SIMT
-      const bool tensor_cores = variant < 2;
-      const int warp_rows = variant == 1 ? 32 : 16;
+    for (bool tensor_cores : {true, false}) {
       PrefillAttentionPlan plan;
-      const std::string err = prefill_attention_plan(a, bm, &plan, tensor_cores, warp_rows);
+      const std::string err = prefill_attention_plan(a, bm, &plan, tensor_cores);
       if (!err.empty()) throw std::runtime_error("plan: " + err);
       if (tensor_cores && !plan.tensor_cores) continue;  // head_dim 256: SIMT only
-      if (plan.warp_rows != warp_rows) continue;         // 32 rows a warp: block_m 128 only
       // Tensor cores round q and P to the MMA type: bf16 operands land between 1e-3 and 1e-2, fp16 lower.
       double bound = test::error_bound(c.act);
       if (plan.tensor_cores) bound = std::max(bound, c.kv == KvCacheDtype::kBf16 ? 1e-2 : 2e-3);
@@ -117,7 +114,6 @@ double check_case(const Case& c, const std::vector<int>& blocks, uint64_t seed) 
           const double e = test::normalised_error(out, ref);
           EXPECT_LE(e, bound) << kv_dtype_name(c.kv) << " head_dim " << d_n << " group " << c.group << " page "
                               << c.page_size << " block_m " << bm << " tensor_cores " << plan.tensor_cores
-                              << " warp_rows " << plan.warp_rows
                               << " act " << int(c.act) << " seed " << seed;
           worst = std::max(worst, std::isnan(e) ? 1e30 : e);
         } else {
@@ -174,7 +170,6 @@ TEST(PrefillAttention, RejectsWhatItCannotRun) {
   EXPECT_NE(prefill_attention_plan(a, 48, &plan).find("prefill_attn_block"), std::string::npos);
   EXPECT_EQ(prefill_attention_plan(a, 64, &plan), "");
   EXPECT_EQ(plan.grid_x, 1);
-  EXPECT_NE(prefill_attention_plan(a, 128, &plan, true, 48).find("warp_rows"), std::string::npos);
   a.head_dim = 80;
   EXPECT_NE(prefill_attention_can_implement(a).find("head_dim"), std::string::npos);
   a.head_dim = 128;

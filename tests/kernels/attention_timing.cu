@@ -145,7 +145,7 @@ int main() {
   }
 
   // Prefill: one 4096-token prompt, causal.
-  std::printf("\n%-9s %6s %7s %5s %9s %10s %8s\n", "kv", "q_len", "block_m", "mma", "warp_rows", "ms/layer", "TFLOP/s");
+  std::printf("\n%-9s %6s %7s %5s %10s %8s\n", "kv", "q_len", "block_m", "mma", "ms/layer", "TFLOP/s");
   const int q_len = 4096;
   for (KvCacheDtype kv : {KvCacheDtype::kBf16, KvCacheDtype::kFp16, KvCacheDtype::kFp8E4M3}) {
     const int pages_per_seq = q_len / page;
@@ -185,16 +185,13 @@ int main() {
     a.max_q_len = q_len;
     a.kv_dtype = kv;
     const double flops = 4.0 * n_heads * d * (double(q_len) * (q_len + 1) / 2);
-    for (int variant = 0; variant < 3; ++variant)  // tensor cores 16 rows a warp, 32 rows a warp, SIMT
+    for (bool tc : {true, false})
       for (int bm : {32, 64, 128}) {
-        const bool tc = variant < 2;
-        const int warp_rows = variant == 1 ? 32 : 16;
         PrefillAttentionPlan plan;
-        if (!prefill_attention_plan(a, bm, &plan, tc, warp_rows).empty()) return 1;
-        if (plan.warp_rows != warp_rows) continue;
+        if (!prefill_attention_plan(a, bm, &plan, tc).empty()) return 1;
         const float ms = median_ms([&] { CK(prefill_attention_run(a, plan, nullptr)); }, 10);
-        std::printf("%-9s %6d %7d %5d %9d %10.3f %8.1f\n", kv_dtype_name(kv), q_len, bm, int(tc), plan.warp_rows,
-                    ms, flops / (ms * 1e-3) / 1e12);
+        std::printf("%-9s %6d %7d %5d %10.3f %8.1f\n", kv_dtype_name(kv), q_len, bm, int(tc), ms,
+                    flops / (ms * 1e-3) / 1e12);
       }
     CK(cudaFree(k));
     CK(cudaFree(v));
