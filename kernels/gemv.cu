@@ -311,11 +311,11 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
   GemvPlan p;
   p.n_tiles = (a.batch + 7) / 8;
   if (variant == "auto") {
-    // Measured on the H200 (docs/PERF.md), whole-model decode at batch 1 and 8: 16-bit weights are fastest
-    // with 16 warps per row tile (runs 1 and 3: the small qkv / o layers get more loads in flight), and so is
-    // int4 since the PDL prefetch (runs 12 and 15: g128 b1 2.856-2.865 ms against 2.913-2.939 for m1w8u2);
-    // deeper unrolling costs occupancy more than it gains. int8 takes m1w8u2 (not yet compared).
-    p.variant = find_variant(a.w.format == WeightFormat::kInt8 ? "m1w8u2" : "m1w16u2");
+    // Measured on the H200 (docs/PERF.md), whole-model decode at batch 1 and 8: every format is fastest with
+    // 16 warps per row tile (the small qkv / o layers get more loads in flight): 16-bit in runs 1 and 3, int4
+    // in runs 12, 15 and 17 (g128 b1 2.856-2.870 ms against 2.913-2.979 for m1w8u2), int8 in run 17 (b1
+    // 3.915 against 4.264). Deeper unrolling costs occupancy more than it gains.
+    p.variant = find_variant("m1w16u2");
   } else {
     p.variant = find_variant(variant);
   }

@@ -22,9 +22,9 @@ constexpr int kThreads = 128;
 
 // One CTA per (token, group of heads_per_cta heads of q | k | v). The head_dim / 2 rotation angles of the
 // token are computed once per CTA (they are the same for every head) into shared memory; then each thread
-// takes element pairs (j, j + half) of the group's heads: q and k rotated, v copied. A 4k-token prefill is
-// 4096 x 6 CTAs for llama3-8b instead of one CTA (and one sincos) per (token, head); a decode step of a few
-// tokens takes one head per CTA, so its few pairs still spread over many SMs.
+// takes element pairs (j, j + half) of the group's heads: q and k rotated, v copied. A prefill takes all of a
+// token's heads in one CTA (4096 CTAs for a 4k prompt, one sincos per angle and token); a decode step of a
+// few tokens takes one head per CTA, so its few pairs still spread over many SMs.
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, int heads_per_cta) {
   extern __shared__ float cs[];  // [half] cos, then [half] sin
   pdl_wait();
@@ -49,9 +49,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
   __syncthreads();
   const int slot_all = a.kv_slot[i];
   const int page = slot_all / a.page_size, slot = slot_all % a.page_size;
-  const int n_items = (h1 - h0) * half;
-  for (int idx = threadIdx.x; idx < n_items; idx += kThreads) {
-    const int head = h0 + idx / half, j = idx % half;
+  auto item = [&](int head, int j) {
     const int base = head * hd;  // q heads, k heads, v heads are contiguous in qkv
     float x1 = in(base + j), x2 = in(base + j + half);
     if (a.bias) {
@@ -63,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
       const int64_t off = ((int64_t(page) * a.n_kv_heads + vh) * a.page_size + slot) * hd;
       store_kv(a.v_cache, off + j, x1, a.kv_dtype, a.v_scale);
       store_kv(a.v_cache, off + j + half, x2, a.kv_dtype, a.v_scale);
-      continue;
+      return;
     }
     const float c = cs[j], s = cs[half + j];
     const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
@@ -77,6 +75,13 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
       store_kv(a.k_cache, off + j, o1, a.kv_dtype, a.k_scale);
       store_kv(a.k_cache, off + j + half, o2, a.kv_dtype, a.k_scale);
     }
+  };
+  if (kThreads % half == 0) {  // each thread keeps one pair index j and walks the heads: no division a pair
+    const int j = threadIdx.x % half, step = kThreads / half;
+    for (int head = h0 + threadIdx.x / half; head < h1; head += step) item(head, j);
+  } else {
+    const int n_items = (h1 - h0) * half;
+    for (int idx = threadIdx.x; idx < n_items; idx += kThreads) item(h0 + idx / half, idx % half);
   }
 }
 
@@ -95,8 +100,10 @@ std::string rope_kv_can_implement(const RopeKvArgs& a) {
 
 cudaError_t rope_kv_write_run(const RopeKvArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
-  // Few tokens (decode): a head per CTA; many (prefill): 8 heads per CTA share the angles.
-  const int heads_per_cta = a.tokens >= 64 ? 8 : 1;
+  // Few tokens (decode): a head per CTA; many (prefill): all of a token's heads share one CTA and its angles
+  // (8 heads a CTA measured 2.8 ms over a 4k llama3-8b prefill, 1.1 TB/s: docs/PERF.md run 17).
+  const int n_all = a.n_heads + 2 * a.n_kv_heads;
+  const int heads_per_cta = a.tokens >= 64 ? n_all : 1;
   const dim3 grid(a.tokens, (a.n_heads + 2 * a.n_kv_heads + heads_per_cta - 1) / heads_per_cta);
   return launch(rope_kv_kernel, grid, kThreads, size_t(a.head_dim) * sizeof(float), stream, a, heads_per_cta);
 }
