@@ -311,11 +311,13 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
   GemvPlan p;
   p.n_tiles = (a.batch + 7) / 8;
   if (variant == "auto") {
-    // Measured on the H200 (docs/PERF.md), whole-model decode at batch 1 and 8: every format is fastest with
-    // 16 warps per row tile (the small qkv / o layers get more loads in flight): 16-bit in runs 1 and 3, int4
-    // in runs 12, 15 and 17 (g128 b1 2.856-2.870 ms against 2.913-2.979 for m1w8u2), int8 in run 17 (b1
-    // 3.915 against 4.264). Deeper unrolling costs occupancy more than it gains.
-    p.variant = find_variant("m1w16u2");
+    // By shape, as measured per layer on the H200 (docs/PERF.md runs 12 and 18, llama3-8b). Layers with more
+    // rows than columns (qkv, gate|up, lm_head) are fastest with m1w8u2: its 256-thread CTAs fit three (int4)
+    // to five (bf16) an SM, so qkv's 384 row tiles run in one wave (m1w16u2 fits two, 1.45 waves); bf16 b1
+    // qkv 0.594 against 0.646 ms, gate_up 2.083 against 2.146, int4 g128 b8 qkv 0.403 against 0.485. The
+    // square and wide ones (o, down) are fastest with m1w16u2, whose 16 warps split a long row: bf16 b1 down
+    // 1.130 against 1.291, int8 0.936 against 1.118.
+    p.variant = find_variant(a.w.n > a.w.k ? "m1w8u2" : "m1w16u2");
   } else {
     p.variant = find_variant(variant);
   }

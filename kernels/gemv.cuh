@@ -14,7 +14,7 @@
 // FLOPs per call: 2 * batch * n * k (the tensor cores do ceil(batch / 8) * 8 columns).
 //
 // Variants (the gemv_variant knob): "m<m_tiles>w<warps>u<unroll>" from the closed set gemv_variant_names();
-// "auto" picks one by format and batch.
+// "auto" picks one by the layer's shape (gemv.cu, gemv_plan).
 #pragma once
 
 #include <cuda_runtime_api.h>
