@@ -316,8 +316,11 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // to five (bf16) an SM, so qkv's 384 row tiles run in one wave (m1w16u2 fits two, 1.45 waves); bf16 b1
     // qkv 0.594 against 0.646 ms, gate_up 2.083 against 2.146, int4 g128 b8 qkv 0.403 against 0.485. The
     // square and wide ones (o, down) are fastest with m1w16u2, whose 16 warps split a long row: bf16 b1 down
-    // 1.130 against 1.291, int8 0.936 against 1.118.
-    p.variant = find_variant(a.w.n > a.w.k ? "m1w8u2" : "m1w16u2");
+    // 1.130 against 1.291, int8 0.936 against 1.118. int8 takes m1w16u2 for every shape: whole-model decode
+    // b1 / b8 3.935 / 4.096 ms against 3.936 / 4.151 by the shape rule (run 20); bf16 and int4 gain from it
+    // (bf16 b1 4.739 against 4.823 with m1w16u2 everywhere, int4 g128 b8 3.113 against 3.230).
+    const bool tall = a.w.n > a.w.k;
+    p.variant = find_variant(tall && a.w.format != WeightFormat::kInt8 ? "m1w8u2" : "m1w16u2");
   } else {
     p.variant = find_variant(variant);
   }
