@@ -282,7 +282,7 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   auto A = [&](void** p, size_t b) { return alloc(p, b); };
   SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&residual_), size_t(T) * c.hidden * 4));
   SOARTUNE_STATUS_TRY(A(&xn_, size_t(std::max(T, R)) * narrow * 2));
-  SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&wide_), size_t(T) * wide * 4));
+  SOARTUNE_STATUS_TRY(A(&wide_, size_t(T) * wide * 2));
   SOARTUNE_STATUS_TRY(A(&q_, size_t(T) * c.q_dim() * 2));
   SOARTUNE_STATUS_TRY(A(&attn_, size_t(T) * c.q_dim() * 2));
   SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&logits_), size_t(R) * c.vocab * 4));

@@ -146,7 +146,7 @@ class CudaModel {
   size_t inputs_words_ = 0;
   float* residual_ = nullptr;      // [T][hidden]
   void* xn_ = nullptr;             // bf16 [T][max(hidden, intermediate)]
-  float* wide_ = nullptr;          // [T][max(qkv, 2 intermediate)]
+  void* wide_ = nullptr;           // bf16 [T][max(qkv, 2 intermediate)] (qkv, then gate|up)
   void* q_ = nullptr;              // bf16 [T][q_dim]
   void* attn_ = nullptr;           // bf16 [T][q_dim]
   float* logits_ = nullptr;        // [R][vocab]
