@@ -1,5 +1,6 @@
 #include "kernels/gemv.cuh"
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/launch.cuh"
 
 #include <cuda_bf16.h>
@@ -76,6 +77,15 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// One warp's m16n8 accumulator tile into red[row][col] (row pitch P floats) at rows 0..15, cols 0..7.
+template <int P>
+__device__ __forceinline__ void stage_partials(float* red, const float (&acc)[4], int g, int t) {
+  red[g * P + 2 * t] = acc[0];
+  red[g * P + 2 * t + 1] = acc[1];
+  red[(g + 8) * P + 2 * t] = acc[2];
+  red[(g + 8) * P + 2 * t + 1] = acc[3];
+}
+
 struct KernelArgs {
   const uint8_t* w;
   const float* scales;
@@ -86,6 +96,26 @@ struct KernelArgs {
   bool out_bf16;
   bool accumulate;
 };
+
+// Sums the W warps' partials red[W][kRows][kCols + 1] and writes rows row0.. of y (fp32, bf16, or added into
+// fp32), threads `tid` of `nthreads` sharing the work.
+template <int W, int kRows, int kCols>
+__device__ __forceinline__ void store_rows(const KernelArgs& a, const float* red, int row0, int tid, int nthreads) {
+  for (int idx = tid; idx < kRows * kCols; idx += nthreads) {
+    const int b = idx / kRows, r = idx % kRows;
+    const int row = row0 + r;
+    if (b >= a.batch || row >= a.n) continue;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) s += red[(w * kRows + r) * (kCols + 1) + b];
+    if (a.out_bf16) {
+      reinterpret_cast<__nv_bfloat16*>(a.y)[b * a.y_stride + row] = __float2bfloat16_rn(s);
+    } else {
+      float* y = reinterpret_cast<float*>(a.y) + b * a.y_stride + row;
+      *y = a.accumulate ? *y + s : s;
+    }
+  }
+}
 
 // Thread (g = lane / 4, t = lane % 4) of a warp loads, for its chunk c, rows g and g + 8 of each m-tile and
 // x[b = g of each batch tile][chunk c]. The mma k-slots 2t, 2t+1 (and 2t+8, 2t+9) of mma m hold the chunk's
@@ -187,25 +217,166 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
 #pragma unroll
   for (int mt = 0; mt < M; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      red[warp][mt * 16 + g][nt * 8 + 2 * t] = acc[mt][nt][0];
-      red[warp][mt * 16 + g][nt * 8 + 2 * t + 1] = acc[mt][nt][1];
-      red[warp][mt * 16 + g + 8][nt * 8 + 2 * t] = acc[mt][nt][2];
-      red[warp][mt * 16 + g + 8][nt * 8 + 2 * t + 1] = acc[mt][nt][3];
-    }
+    for (int nt = 0; nt < NT; ++nt) stage_partials<kCols + 1>(&red[warp][mt * 16][nt * 8], acc[mt][nt], g, t);
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kRows * kCols; idx += W * 32) {
-    const int b = idx / kRows, r = idx % kRows;
-    const int row = row0 + r;
-    if (b >= a.batch || row >= a.n) continue;
-    float s = 0.f;
+  store_rows<W, kRows, kCols>(a, &red[0][0][0], row0, threadIdx.x, W * 32);
+}
+
+// The pipelined form: one CTA an SM loops over the 16-row tiles blockIdx.x, blockIdx.x + gridDim.x, ...
+// (rows are contiguous, so a tile is one block of memory), and a producer warp streams each tile through
+// S shared-memory stages of 16 rows x 1 KB with TMA bulk copies, S stages ahead of W consumer warps.
+// Bytes in flight stay at S x 16 KB an SM through the consumers' mma work, their reductions and the tile
+// boundaries (the direct-load form above has a burst of loads a step and a wave of CTAs a tile), and the
+// grid has no tail wave. Consumers map chunks to mma k-slots as gemv_kernel does; a stage's rows sit
+// kPipeRowPitch bytes apart, which puts the eight rows of a quarter-warp's 16-byte loads in distinct banks.
+constexpr int kPipeRowBytes = 1024;
+constexpr int kPipeRowPitch = kPipeRowBytes + 64;
+constexpr int kPipeStageBytes = 16 * kPipeRowPitch;
+
+constexpr size_t pipe_smem_bytes(int W, int S, int NT) {
+  return size_t(S) * kPipeStageBytes + 2 * S * sizeof(uint64_t) + size_t(W) * 16 * (8 * NT + 1) * sizeof(float);
+}
+
+template <WeightFormat F, int W, int S, int NT>
+__global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const KernelArgs a) {
+  pdl_launch_dependents();
+  extern __shared__ __align__(128) uint8_t smem[];
+  constexpr int V = kValuesPerChunk<F>;
+  constexpr bool kQuant = F == WeightFormat::kInt8 || F == WeightFormat::kInt4;
+  constexpr int kStageChunks = kPipeRowBytes / 16;
+  constexpr int U = kStageChunks / (4 * W);
+  static_assert(U >= 1 && U * 4 * W == kStageChunks, "W must divide the stage's chunk groups");
+  constexpr int kCols = 8 * NT;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S * kPipeStageBytes);
+  uint64_t* empty = full + S;
+  float* red = reinterpret_cast<float*>(empty + S);  // [W][16][kCols + 1]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int nchunks = a.k / V;
+  const int64_t row_bytes = int64_t(nchunks) * 16;
+  const int spt = int((row_bytes + kPipeRowBytes - 1) / kPipeRowBytes);  // stages a tile
+  const int tiles = (a.n + 15) / 16;
+  const int my_tiles = (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+  const int total = my_tiles * spt;
+  const int groups_per_row = kQuant ? a.k / a.group : 0;
+  const int chunks_per_group = kQuant ? a.group / V : 1;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < S; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], W);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == W) {  // producer: weights only (no kernel writes them), so no PDL wait
+    if (lane == 0) {
+      const uint64_t policy = l2_evict_first_policy();
+      for (int it = 0; it < total; ++it) {
+        const int tile = int(blockIdx.x) + (it / spt) * int(gridDim.x), st = it % spt;
+        const int s = it % S, use = it / S;
+        if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
+        const int64_t off = int64_t(st) * kPipeRowBytes;
+        const uint32_t bytes = uint32_t(row_bytes - off < kPipeRowBytes ? row_bytes - off : kPipeRowBytes);
+        const int rows = a.n - tile * 16 < 16 ? a.n - tile * 16 : 16;
+        mbar_arrive_expect_tx(&full[s], bytes * rows);
+        uint8_t* dst = smem + s * kPipeStageBytes;
+        const uint8_t* src = a.w + int64_t(tile) * 16 * row_bytes + off;
+        for (int i = 0; i < rows; ++i) bulk_copy_g2s(dst + i * kPipeRowPitch, src + i * row_bytes, bytes, &full[s], policy);
+      }
+    }
+    return;
+  }
+
+  pdl_wait();  // consumers read x and write y
+  float acc[NT][4];
+  float sc[U][2], sc_next[U][2];
+  // Scales of iteration `it` for this thread's chunks (rows g, g + 8), fetched one stage ahead.
+  auto load_scales = [&](int it, float (&out)[U][2]) {
 #pragma unroll
-    for (int w = 0; w < W; ++w) s += red[w][r][b];
-    if (a.out_bf16) {
-      reinterpret_cast<__nv_bfloat16*>(a.y)[b * a.y_stride + row] = __float2bfloat16_rn(s);
-    } else {
-      float* y = reinterpret_cast<float*>(a.y) + b * a.y_stride + row;
-      *y = a.accumulate ? *y + s : s;
+    for (int u = 0; u < U; ++u) out[u][0] = out[u][1] = 1.f;
+    if constexpr (kQuant) {
+      if (it >= total) return;
+      const int tile = int(blockIdx.x) + (it / spt) * int(gridDim.x), st = it % spt;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = st * kStageChunks + (warp + u * W) * 4 + t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = tile * 16 + g + 8 * h;
+          out[u][h] = c < nchunks && r < a.n ? __ldg(a.scales + int64_t(r) * groups_per_row + c / chunks_per_group) : 0.f;
+        }
+      }
+    }
+  };
+  load_scales(0, sc_next);
+  for (int it = 0; it < total; ++it) {
+    const int tile = int(blockIdx.x) + (it / spt) * int(gridDim.x), st = it % spt;
+    const int s = it % S;
+    if (st == 0) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) sc[u][0] = sc_next[u][0], sc[u][1] = sc_next[u][1];
+    load_scales(it + 1, sc_next);
+    const int stage_chunks = int(row_bytes - int64_t(st) * kPipeRowBytes < kPipeRowBytes
+                                     ? (row_bytes - int64_t(st) * kPipeRowBytes) / 16
+                                     : kStageChunks);
+    mbar_wait(&full[s], (it / S) & 1);
+    const uint8_t* stage = smem + s * kPipeStageBytes;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int jb = (warp + u * W) * 4;
+      if (jb >= stage_chunks) break;  // warp-uniform
+      const int j = jb + t;
+      const bool cv = j < stage_chunks;
+      const int c = st * kStageChunks + j;
+      uint4 wa[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool ok = cv && tile * 16 + g + 8 * h < a.n;
+        wa[h] = ok ? *reinterpret_cast<const uint4*>(stage + (g + 8 * h) * kPipeRowPitch + j * 16) : make_uint4(0, 0, 0, 0);
+      }
+      uint32_t pa[2][V / 2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) dequant_chunk<F>(wa[h], sc[u][h], pa[h]);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int b = nt * 8 + g;
+        uint32_t xb[V / 2];
+        if (cv && b < a.batch) {
+          const uint4* xp = reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V);
+#pragma unroll
+          for (int i = 0; i < V / 8; ++i) {
+            const uint4 v = __ldg(xp + i);
+            xb[4 * i] = v.x;
+            xb[4 * i + 1] = v.y;
+            xb[4 * i + 2] = v.z;
+            xb[4 * i + 3] = v.w;
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < V / 2; ++i) xb[i] = 0u;
+        }
+#pragma unroll
+        for (int m = 0; m < V / 4; ++m)
+          mma_bf16_16816(acc[nt], pa[0][2 * m], pa[1][2 * m], pa[0][2 * m + 1], pa[1][2 * m + 1], xb[2 * m],
+                         xb[2 * m + 1]);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[s]);
+    if (st == spt - 1) {  // the tile's last stage: reduce over the consumer warps and store
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) stage_partials<kCols + 1>(red + (warp * 16) * (kCols + 1) + nt * 8, acc[nt], g, t);
+      named_barrier(1, W * 32);
+      store_rows<W, 16, kCols>(a, red, tile * 16, threadIdx.x, W * 32);
+      named_barrier(1, W * 32);
     }
   }
 }
@@ -213,14 +384,18 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
 struct Variant {
   const char* name;
   int m_tiles, warps, unroll;
+  int stages;  // > 0: gemv_pipe_kernel with this many shared-memory stages
 };
 
 constexpr Variant kVariants[] = {
-    {"m1w8u2", 1, 8, 2},
-    {"m1w8u4", 1, 8, 4},
-    {"m2w8u2", 2, 8, 2},
-    {"m2w4u4", 2, 4, 4},
-    {"m1w16u2", 1, 16, 2},
+    {"m1w8u2", 1, 8, 2, 0},
+    {"m1w8u4", 1, 8, 4, 0},
+    {"m2w8u2", 2, 8, 2, 0},
+    {"m2w4u4", 2, 4, 4, 0},
+    {"m1w16u2", 1, 16, 2, 0},
+    {"m1w8s8", 1, 8, 0, 8},
+    {"m1w4s8", 1, 4, 0, 8},
+    {"m1w8s12", 1, 8, 0, 12},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -235,9 +410,32 @@ cudaError_t launch_nt(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t 
   }
 }
 
+template <WeightFormat F, int W, int S, int NT>
+cudaError_t launch_pipe_nt(const KernelArgs& ka, int grid, cudaStream_t stream) {
+  constexpr size_t smem = pipe_smem_bytes(W, S, NT);
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (attr != cudaSuccess) return attr;
+  return launch(gemv_pipe_kernel<F, W, S, NT>, grid, (W + 1) * 32, smem, stream, ka);
+}
+
+template <WeightFormat F, int W, int S>
+cudaError_t launch_pipe(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t stream) {
+  switch (n_tiles) {
+    case 1: return launch_pipe_nt<F, W, S, 1>(ka, grid, stream);
+    case 2: return launch_pipe_nt<F, W, S, 2>(ka, grid, stream);
+    case 3: return launch_pipe_nt<F, W, S, 3>(ka, grid, stream);
+    case 4: return launch_pipe_nt<F, W, S, 4>(ka, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 template <WeightFormat F>
 cudaError_t launch_format(const KernelArgs& ka, const GemvPlan& p, cudaStream_t stream) {
   switch (p.variant) {
+    case 5: return launch_pipe<F, 8, 8>(ka, p.n_tiles, p.grid, stream);
+    case 6: return launch_pipe<F, 4, 8>(ka, p.n_tiles, p.grid, stream);
+    case 7: return launch_pipe<F, 8, 12>(ka, p.n_tiles, p.grid, stream);
     case 0: return launch_nt<F, 1, 8, 2>(ka, p.n_tiles, p.grid, stream);
     case 1: return launch_nt<F, 1, 8, 4>(ka, p.n_tiles, p.grid, stream);
     case 2: return launch_nt<F, 2, 8, 2>(ka, p.n_tiles, p.grid, stream);
@@ -330,6 +528,18 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
   p.unroll = v.unroll;
   p.threads = v.warps * 32;
   p.grid = (a.w.n + 16 * v.m_tiles - 1) / (16 * v.m_tiles);
+  if (v.stages > 0) {
+    int dev = 0, major = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return "gemv_variant: " + std::string(v.name) + " needs a CUDA device to plan for";
+    if (major < 9)
+      return "gemv_variant: " + std::string(v.name) + " needs sm_90 or newer (TMA bulk copies); allowed here: " +
+             "m1w8u2, m1w8u4, m2w8u2, m2w4u4, m1w16u2";
+    p.threads = (v.warps + 1) * 32;  // and the producer warp
+    p.grid = p.grid < sms ? p.grid : sms;
+  }
   *plan = p;
   return "";
 }

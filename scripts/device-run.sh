@@ -126,6 +126,38 @@ if want timing; then
   done
 fi
 
+# Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)
+# forced on every layer, for the side-by-side; DECODE_WEIGHTS narrows the formats.
+if want decode; then
+  for v in ${GEMV_VARIANTS:-auto}; do
+    timeout 200 "$bin/soartune-bench" --only decode --kv bf16 --no-profile --gemv-variant "$v" \
+      --weights ${DECODE_WEIGHTS:-bf16 int8 int4g128} --json "$OUT/decode_$v.jsonl" >"$OUT/decode_$v.txt" 2>&1
+    note "decode, gemv_variant $v: rc=$? $(grep -E '^decode ' "$OUT/decode_$v.txt" | awk '{printf "%s b%s %s (graph %s); ", $2, $4, $6, $NF}')"
+  done
+fi
+
+# Per-kernel device time of one decode step (ncu, kernels serialised, clocks and caches left alone), bf16 and
+# int4 g128 weights at batch 1 and 8: the third captured step of each (NCU_WEIGHTS / NCU_BATCHES narrow it).
+if want ncu_decode; then
+  if command -v ncu >/dev/null; then
+    for w in ${NCU_WEIGHTS:-bf16 int4g128}; do
+      for b in ${NCU_BATCHES:-1}; do
+        # 9 kernels a layer (norm, qkv, RoPE, attention, o, norm, gate|up, SwiGLU, down) and 4 more:
+        # skip two steps, take one (any window of n kernels in the steady state holds one step).
+        n=${NCU_STEP_KERNELS:-$((9 * 32 + 4))}
+        timeout 240 ncu --clock-control none --cache-control none --kernel-name-base demangled \
+          --kernel-name 'regex:gemv|rmsnorm|rope|attention|combine|swiglu|argmax|embedding' \
+          --launch-skip $((2 * n)) --launch-count $n --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+          --csv --print-units base "$bin/soartune-bench" --only decode --weights "$w" --kv bf16 --batches "$b" \
+          --reps 1 --no-profile --gemv-variant "${NCU_GEMV:-auto}" >"$OUT/ncu_${w}_b$b.csv" 2>"$OUT/ncu_${w}_b$b.err"
+        note "ncu decode $w b$b: rc=$? ($(grep -c gpu__time_duration "$OUT/ncu_${w}_b$b.csv") kernels)"
+      done
+    done
+  else
+    note "ncu: not found"
+  fi
+fi
+
 if want sanitizer; then
   if command -v compute-sanitizer >/dev/null; then
     timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \

@@ -120,6 +120,7 @@ struct Row {
   std::string what, weights, kv;
   int batch = 0, context = 0;
   double ms = 0, roofline_ms = 0, bytes = 0, flops = 0;
+  double graph_ms = 0;  // decode: device time of one graph replay, back to back (no host copies or sync)
   std::string bound;
 };
 
@@ -128,15 +129,17 @@ std::string g_json_path;
 
 void emit(const Row& r) {
   g_rows.push_back(r);
-  std::printf("%-10s %-8s %-9s %5d %6d %10.3f %10.3f %7.2fx %s\n", r.what.c_str(), r.weights.c_str(), r.kv.c_str(),
-              r.batch, r.context, r.ms, r.roofline_ms, r.ms / r.roofline_ms, r.bound.c_str());
+  char graph[32] = "";
+  if (r.graph_ms > 0) std::snprintf(graph, sizeof graph, "  graph %.3f", r.graph_ms);
+  std::printf("%-10s %-8s %-9s %5d %6d %10.3f %10.3f %7.2fx %s%s\n", r.what.c_str(), r.weights.c_str(), r.kv.c_str(),
+              r.batch, r.context, r.ms, r.roofline_ms, r.ms / r.roofline_ms, r.bound.c_str(), graph);
   std::fflush(stdout);
   if (!g_json_path.empty()) {
     std::ofstream f(g_json_path, std::ios::app);
     f << "{\"what\":\"" << r.what << "\",\"weights\":\"" << r.weights << "\",\"kv\":\"" << r.kv
       << "\",\"batch\":" << r.batch << ",\"context\":" << r.context << ",\"ms\":" << r.ms
-      << ",\"roofline_ms\":" << r.roofline_ms << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
-      << ",\"bound\":\"" << r.bound << "\"}\n";
+      << ",\"roofline_ms\":" << r.roofline_ms << ",\"bytes\":" << r.bytes  << ",\"flops\":" << r.flops
+      << ",\"graph_ms\":" << r.graph_ms << ",\"bound\":\"" << r.bound << "\"}\n";
   }
 }
 
@@ -171,7 +174,8 @@ void print_profile(st::engine::cuda::CudaModel& m, const st::engine::Step& step,
 }
 
 // Decode steps: `batch` sequences each at context `ctx` (KV prefilled with random values).
-double time_decode(st::engine::cuda::CudaModel& m, int batch, int ctx, int reps, const std::string& profile_label = "") {
+double time_decode(st::engine::cuda::CudaModel& m, int batch, int ctx, int reps, const std::string& profile_label = "",
+                   double* graph_ms = nullptr) {
   const int page = 16, stride = (ctx + page - 1) / page;
   std::vector<int32_t> tokens(batch), positions(batch), rows(batch), argmax(batch), tables(size_t(batch) * stride);
   std::vector<st::engine::StepSequence> seqs(batch);
@@ -201,6 +205,7 @@ double time_decode(st::engine::cuda::CudaModel& m, int batch, int ctx, int reps,
     const auto t1 = std::chrono::steady_clock::now();
     if (i >= 3) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
+  if (graph_ms) check(m.replay_graph(batch, reps, graph_ms), "graph replay");
   if (!profile_label.empty()) print_profile(m, step, profile_label, median(t));
   return median(t);
 }
@@ -242,6 +247,16 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "all | decode | prefill | long | variants");
   app.add_option("--reps", reps, "timed repetitions (median reported)");
   app.add_option("--json", g_json_path, "append one JSON object per result to this file");
+  std::vector<std::string> only_weights;
+  std::vector<int> only_batches;
+  std::vector<std::string> only_kv;
+  bool no_profile = false;
+  app.add_option("--kv", only_kv, "KV dtypes of the short-context decode with bf16 weights (default all)");
+  app.add_option("--weights", only_weights, "weight formats to run (default all: bf16 int8 int4g128 int4g64 int4g32)");
+  app.add_option("--batches", only_batches, "decode batches to run (default 1 8)");
+  app.add_flag("--no-profile", no_profile, "skip the eager per-stage profiles");
+  std::string gemv_variant = "auto";
+  app.add_option("--gemv-variant", gemv_variant, "gemv_variant of the decode and 32k runs (default auto)");
   CLI11_PARSE(app, argc, argv);
   if (model.rfind("synthetic:", 0) != 0) {
     std::fprintf(stderr, "--model: %s is not a synthetic:<preset>\n", model.c_str());
@@ -280,7 +295,22 @@ int main(int argc, char** argv) {
     return double(cfg.layers) * 2 * cfg.kv_dim() * kn::kv_dtype_bytes(t);
   };
 
+  for (const std::string& w : only_weights) {
+    if (std::none_of(formats.begin(), formats.end(), [&](const Format& f) { return f.name == w; })) {
+      std::fprintf(stderr, "--weights: %s is not one of bf16, int8, int4g128, int4g64, int4g32\n", w.c_str());
+      return 2;
+    }
+  }
+  for (int b : only_batches) {
+    if (b < 1 || b > 8) {
+      std::fprintf(stderr, "--batches: %d is not in 1..8\n", b);
+      return 2;
+    }
+  }
+  const std::vector<int> batches = only_batches.empty() ? std::vector<int>{1, 8} : only_batches;
   for (const Format& fm : formats) {
+    if (!only_weights.empty() && std::find(only_weights.begin(), only_weights.end(), fm.name) == only_weights.end())
+      continue;
     const bool do_decode = only == "all" || only == "decode";
     const bool do_prefill = (only == "all" || only == "prefill") && fm.name == "bf16";
     const bool do_long = (only == "all" || only == "long") && (fm.name == "bf16" || fm.name == "int4g128");
@@ -290,6 +320,12 @@ int main(int argc, char** argv) {
     std::vector<kn::KvCacheDtype> kvs = {kn::KvCacheDtype::kBf16};
     if (fm.name == "bf16")
       kvs = {kn::KvCacheDtype::kBf16, kn::KvCacheDtype::kFp16, kn::KvCacheDtype::kFp8E4M3, kn::KvCacheDtype::kFp8E5M2};
+    if (!only_kv.empty())
+      kvs.erase(std::remove_if(kvs.begin(), kvs.end(),
+                               [&](kn::KvCacheDtype k) {
+                                 return std::find(only_kv.begin(), only_kv.end(), kn::kv_dtype_name(k)) == only_kv.end();
+                               }),
+                kvs.end());
     for (kn::KvCacheDtype kv : kvs) {
       if (!do_decode && !(do_prefill && kv == kn::KvCacheDtype::kBf16) && !(do_var && kv == kn::KvCacheDtype::kBf16))
         continue;
@@ -303,11 +339,12 @@ int main(int argc, char** argv) {
       o.max_context = 4096;
       o.max_step_tokens = do_prefill && kv == kn::KvCacheDtype::kBf16 ? 4096 : 8;
       o.cuda_graph_max_bs = 8;
+      o.gemv_variant = gemv_variant;
       check(m->prepare(o), "prepare");
       check(m->fill_kv_random(11), "fill kv");
       const double wbytes = double(m->weight_bytes());
       if (do_decode) {
-        for (int b : {1, 8}) {
+        for (int b : batches) {
           const int ctx = 512;
           Row r;
           r.what = "decode";
@@ -315,9 +352,10 @@ int main(int argc, char** argv) {
           r.kv = kn::kv_dtype_name(kv);
           r.batch = b;
           r.context = ctx;
-          const bool prof = kv == kn::KvCacheDtype::kBf16 || fm.name == "bf16";
+          const bool prof = !no_profile && (kv == kn::KvCacheDtype::kBf16 || fm.name == "bf16");
           r.ms = time_decode(*m, b, ctx, reps,
-                             prof ? "decode " + fm.name + " " + r.kv + " b" + std::to_string(b) : std::string());
+                             prof ? "decode " + fm.name + " " + r.kv + " b" + std::to_string(b) : std::string(),
+                             &r.graph_ms);
           r.bytes = wbytes + b * ctx * kv_bytes_per_token(kv);
           r.flops = 2.0 * b * (linear_params + double(cfg.vocab) * d) + 4.0 * b * ctx * cfg.layers * cfg.q_dim();
           emit(roofline(r, ceil));
@@ -349,7 +387,7 @@ int main(int argc, char** argv) {
           check(m->generate(cfg, {fm.format, fm.group, 1}), "generate");
           check(m->prepare(ov), "prepare variant");
           check(m->fill_kv_random(11), "fill kv");
-          for (int b : {1, 8}) {
+          for (int b : batches) {
             Row r;
             r.what = "variant";
             r.weights = fm.name;
@@ -380,9 +418,10 @@ int main(int argc, char** argv) {
         o.max_step_tokens = 8;
         o.decode_kv_splits = splits;
         o.cuda_graph_max_bs = 8;
+        o.gemv_variant = gemv_variant;
         check(m->prepare(o), "prepare long");
         check(m->fill_kv_random(13), "fill kv");
-        for (int b : {1, 8}) {
+        for (int b : batches) {
           const int ctx = 32768;
           Row r;
           r.what = "decode32k";
@@ -390,7 +429,9 @@ int main(int argc, char** argv) {
           r.kv = std::string(kn::kv_dtype_name(kv)) + (splits ? "/s" + std::to_string(splits) : "");
           r.batch = b;
           r.context = ctx;
-          r.ms = time_decode(*m, b, ctx, reps, "decode32k " + fm.name + " " + r.kv + " b" + std::to_string(b));
+          r.ms = time_decode(*m, b, ctx, reps,
+                             no_profile ? std::string() : "decode32k " + fm.name + " " + r.kv + " b" + std::to_string(b),
+                             &r.graph_ms);
           r.bytes = double(m->weight_bytes()) + double(b) * ctx * kv_bytes_per_token(kv);
           r.flops = 2.0 * b * (linear_params + double(cfg.vocab) * d) + 4.0 * b * double(ctx) * cfg.layers * cfg.q_dim();
           emit(roofline(r, ceil));

@@ -371,7 +371,11 @@ Status CudaModel::prepare(const CudaOptions& opt) {
       return Status::Invalid("launch.decode_kv_splits / kv_cache_dtype: decode attention: " + e);
     if (e.empty()) attn_workspace_bytes_ = std::max(attn_workspace_bytes_, plan.workspace_bytes);
   }
-  if (attn_workspace_bytes_ > 0) SOARTUNE_STATUS_TRY(A(&attn_workspace_, attn_workspace_bytes_));
+  if (attn_workspace_bytes_ > 0) {
+    SOARTUNE_STATUS_TRY(A(&attn_workspace_, attn_workspace_bytes_));
+    // The split counters start at zero; every decode attention call leaves them so.
+    SOARTUNE_CUDA_TRY(cudaMemset(attn_workspace_, 0, kn::kDecodeArrivalBytes));
+  }
   {
     kn::PrefillAttentionArgs pa;
     pa.q = q_, pa.out = attn_, pa.k_cache = k_cache_[0], pa.v_cache = v_cache_[0];
@@ -685,6 +689,28 @@ Status CudaModel::profile_step(const Step& step, std::vector<std::pair<std::stri
     if (it == stages->end()) stages->push_back({prof_names_[i], ms});
     else it->second += ms;
   }
+  return Status::Ok();
+}
+
+Status CudaModel::replay_graph(int batch, int reps, double* ms_per_step) {
+  auto it = graphs_.find(batch);
+  if (it == graphs_.end())
+    return Status::Invalid("batch: " + std::to_string(batch) + " has no captured decode graph");
+  if (reps < 1) return Status::Invalid("reps: must be >= 1");
+  cudaEvent_t a, b;
+  SOARTUNE_CUDA_TRY(cudaEventCreate(&a));
+  SOARTUNE_CUDA_TRY(cudaEventCreate(&b));
+  cudaError_t e = cudaGraphLaunch(it->second, stream_);  // warm
+  if (e == cudaSuccess) e = cudaEventRecord(a, stream_);
+  for (int i = 0; i < reps && e == cudaSuccess; ++i) e = cudaGraphLaunch(it->second, stream_);
+  if (e == cudaSuccess) e = cudaEventRecord(b, stream_);
+  if (e == cudaSuccess) e = cudaEventSynchronize(b);
+  float ms = 0;
+  if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  SOARTUNE_CUDA_TRY(e);
+  *ms_per_step = double(ms) / reps;
   return Status::Ok();
 }
 

@@ -88,6 +88,9 @@ class CudaModel {
   // Benchmarks: runs `step` without graphs, with device events between the stages, and returns the
   // device time of each stage summed over layers (ms), in first-seen order.
   Status profile_step(const Step& step, std::vector<std::pair<std::string, double>>* stages);
+  // Benchmarks: replays the decode graph of `batch` `reps` times back to back on the inputs of the last
+  // forward() and returns the device time per replay (ms): the step without the host's copies and sync.
+  Status replay_graph(int batch, int reps, double* ms_per_step);
   // Benchmarks: every KV page of every layer filled with random finite values (as if prefilled).
   Status fill_kv_random(uint64_t seed);
 

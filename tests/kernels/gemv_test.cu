@@ -152,5 +152,51 @@ TEST(Gemv, EveryVariantFormatGroupAndBatchMatchesTheTwin) {
   }
 }
 
+// The pipelined variants (m1w*s*) loop over several row tiles per CTA and wrap their shared-memory stages
+// many times; the shapes above fit one tile and one stage. Here: 282 tiles (up to three a CTA on 132 SMs),
+// rows that end in a partial stage, up to 15 stages per CTA.
+TEST(Gemv, PipelinedVariantsStreamManyTilesPerCta) {
+  KT_SKIP_WITHOUT_GPU("GEMV kernels");
+  const uint64_t seed = test::new_seed();
+  std::printf("seed %llu\n", (unsigned long long)seed);
+  std::mt19937_64 rng(seed);
+  const int n = 4500;
+  const std::vector<Case> cases = {{WeightFormat::kBf16, 0}, {WeightFormat::kInt8, 128}, {WeightFormat::kInt4, 64}};
+  for (const Case& c : cases) {
+    const int k = c.format == WeightFormat::kInt4 ? 4224 : 2176;
+    Weights w = make_weights(rng, c.format, n, k, c.group);
+    Dev dw(w.w.size()), ds(w.scales.size() * 4 + 16);
+    dw.upload(w.w);
+    if (!w.scales.empty()) ds.upload(w.scales);
+    for (int batch : {1, 8, 20}) {
+      std::vector<uint16_t> xb;
+      std::vector<float> xf;
+      test::random_bf16(rng, size_t(batch) * k, 1.f, &xb, &xf);
+      std::vector<float> ref(size_t(batch) * n);
+      linear_ref(w.host, xf.data(), batch, ref.data());
+      Dev dx(xb.size() * 2), dy((size_t(batch) * n + 64) * 4);
+      dx.upload(xb);
+      for (const std::string& v : gemv_variant_names()) {
+        if (v.find('s') == std::string::npos) continue;
+        GemvArgs a;
+        a.w = {c.format, n, k, c.group, dw.p, w.scales.empty() ? nullptr : ds.as<float>()};
+        a.x = dx.p;
+        a.y = dy.p;
+        a.batch = batch;
+        GemvPlan plan;
+        ASSERT_EQ(gemv_plan(a, v, &plan), "");
+        dy.poison();
+        KT_CUDA(gemv_run(a, plan, nullptr));
+        KT_CUDA(cudaDeviceSynchronize());
+        auto raw = dy.download<float>(size_t(batch) * n + 64);
+        std::vector<float> out(raw.begin(), raw.begin() + ref.size());
+        for (size_t i = out.size(); i < raw.size(); ++i) ASSERT_TRUE(std::isnan(raw[i])) << "wrote past the output";
+        EXPECT_LT(test::normalized_error(out, ref), bound_for(c.format))
+            << weight_format_name(c.format) << " batch " << batch << " variant " << v << " grid " << plan.grid;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace soartune::kernels
