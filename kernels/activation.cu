@@ -24,14 +24,16 @@ __device__ __forceinline__ float load1(const __nv_bfloat16* p) { return __bfloat
 // Rows over grid.y (strided), four columns per thread: one 16-byte (fp32) or 8-byte (bf16) load of gate and
 // of up, one 8-byte store.
 template <typename In>
-__global__ void swiglu_vec4_kernel(const In* gu, __nv_bfloat16* out, int tokens, int f) {
+__global__ void swiglu_vec4_kernel(const In* gu, __nv_bfloat16* out, int tokens, int f, bool interleaved8) {
   pdl_wait();
   pdl_launch_dependents();
   const int j = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
   if (j >= f) return;
+  // Four columns never straddle an 8-column block of the interleaved order.
+  const int gcol = interleaved8 ? j / 8 * 16 + j % 8 : j, ucol = interleaved8 ? gcol + 8 : f + j;
   for (int i = blockIdx.y; i < tokens; i += gridDim.y) {
-    const float4 g = load4(gu + int64_t(i) * 2 * f + j);
-    const float4 u = load4(gu + int64_t(i) * 2 * f + f + j);
+    const float4 g = load4(gu + int64_t(i) * 2 * f + gcol);
+    const float4 u = load4(gu + int64_t(i) * 2 * f + ucol);
     __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + int64_t(i) * f + j);
     o[0] = __floats2bfloat162_rn(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
     o[1] = __floats2bfloat162_rn(silu_mul(g.z, u.z), silu_mul(g.w, u.w));
@@ -50,12 +52,14 @@ __global__ void swiglu_kernel(const In* gu, __nv_bfloat16* out, int f, int64_t t
 }
 
 template <typename In>
-cudaError_t swiglu_launch(const In* gu, __nv_bfloat16* out, int tokens, int f, cudaStream_t stream) {
+cudaError_t swiglu_launch(const In* gu, __nv_bfloat16* out, int tokens, int f, cudaStream_t stream,
+                          bool interleaved8) {
   const int64_t total = int64_t(tokens) * f;
   const int threads = 256;
+  if (interleaved8 && f % 8 != 0) return cudaErrorInvalidValue;
   if (f % 4 == 0) {
     const dim3 grid((f / 4 + threads - 1) / threads, tokens < 65535 ? tokens : 65535);
-    return launch(swiglu_vec4_kernel<In>, grid, threads, 0, stream, gu, out, tokens, f);
+    return launch(swiglu_vec4_kernel<In>, grid, threads, 0, stream, gu, out, tokens, f, interleaved8);
   }
   const int64_t blocks = (total + threads - 1) / threads;
   return launch(swiglu_kernel<In>, int(blocks < 65535 * 8 ? blocks : 65535 * 8), threads, 0, stream, gu, out, f,
@@ -65,11 +69,12 @@ cudaError_t swiglu_launch(const In* gu, __nv_bfloat16* out, int tokens, int f, c
 }  // namespace
 
 cudaError_t swiglu_run(const void* gate_up, void* out_bf16, int tokens, int f, cudaStream_t stream,
-                       bool gate_up_bf16) {
+                       bool gate_up_bf16, bool interleaved8) {
   if (int64_t(tokens) * f == 0) return cudaSuccess;
   auto* out = static_cast<__nv_bfloat16*>(out_bf16);
-  if (gate_up_bf16) return swiglu_launch(static_cast<const __nv_bfloat16*>(gate_up), out, tokens, f, stream);
-  return swiglu_launch(static_cast<const float*>(gate_up), out, tokens, f, stream);
+  if (gate_up_bf16)
+    return swiglu_launch(static_cast<const __nv_bfloat16*>(gate_up), out, tokens, f, stream, interleaved8);
+  return swiglu_launch(static_cast<const float*>(gate_up), out, tokens, f, stream, interleaved8);
 }
 
 }  // namespace soartune::kernels

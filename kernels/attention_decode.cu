@@ -41,7 +41,6 @@ struct DecodeParams {
   float out_scale;    // v_scale for fp8 caches, else 1: applied once to the output, not per element
   float* part_o;      // [batch][n_heads][splits][head_dim]   (splits > 1)
   float* part_lse;    // [batch][n_heads][splits], log2 domain
-  int* arrived;       // [batch][grid_y]: splits of that (sequence, head chunk) done; the last resets it to 0
 };
 
 // What one CTA serves: sequence blockIdx.z, query heads h0 .. h0 + n_h - 1 of KV head kv_head, and the
@@ -81,49 +80,6 @@ __device__ __forceinline__ void store_result(const DecodeParams& p, const CtaWor
     const int64_t row = (int64_t(w.b) * a.n_heads + h) * p.splits + w.split;
     p.part_o[row * D + d] = val;
     if (d == 0) p.part_lse[row] = empty ? -INFINITY : m + log2f(l);
-  }
-}
-
-// With kv_splits > 1, after every thread's store_result: the CTA that finishes last among the splits of its
-// (sequence, head chunk) merges their partials by log-sum-exp into out (no second kernel, so no launch and
-// no drain between the two: at short contexts the combine kernel cost as much as the attention, run 23).
-template <int D>
-__device__ __forceinline__ void combine_if_last(const DecodeParams& p, const CtaWork& w) {
-  if (p.splits == 1) return;
-  constexpr int kMaxLse = kMaxHeadsPerCta * kMaxSplits;
-  __shared__ float lse_s[kMaxLse];
-  __shared__ int last;
-  __threadfence();  // this CTA's partials are visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = p.arrived + blockIdx.z * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1) == p.splits - 1;
-    if (last) *counter = 0;  // every split has counted: ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const DecodeAttentionArgs& a = p.a;
-  const int64_t row0 = (int64_t(w.b) * a.n_heads + w.h0) * p.splits;
-  for (int i = threadIdx.x; i < w.n_h * p.splits; i += blockDim.x) lse_s[i] = __ldcg(p.part_lse + row0 + i);
-  __syncthreads();
-  const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
-  for (int i = threadIdx.x; i < w.n_h * D; i += blockDim.x) {
-    const int hh = i / D, d = i % D;
-    const float* lse = lse_s + hh * p.splits;
-    float m = -INFINITY;
-    for (int s = 0; s < p.splits; ++s) m = fmaxf(m, lse[s]);
-    float num = 0.f, den = 0.f;
-    if (m != -INFINITY) {
-      const float* po = p.part_o + (row0 + int64_t(hh) * p.splits) * D + d;
-#pragma unroll 4
-      for (int s = 0; s < p.splits; ++s) {
-        const float wt = exp2f(lse[s] - m);
-        num += wt * __ldcg(po + int64_t(s) * D);
-        den += wt;
-      }
-    }
-    store_act(a.out, a.act_dtype, w.b * out_stride + int64_t(w.h0 + hh) * D + d, den > 0.f ? num / den : 0.f);
   }
 }
 
@@ -304,7 +260,6 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     for (int wp = 0; wp < kWarps; ++wp) o += red_s[wp][g][d];
     store_result<D>(p, w, h0 + g, d, o, start >= end ? 0.f : l_s[g], m_s[g]);
   }
-  combine_if_last<D>(p, w);
 }
 
 // ---- Tensor-core variant (mma.sync m16n8k16, fp32 accumulators), head_dim 64 and 128 ----
@@ -575,8 +530,29 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
     }
     store_result<D>(p, cw, h0 + hh, d, num, den, mx);
   }
-  combine_if_last<D>(p, cw);
 #endif
+}
+
+// Merges the splits of one (sequence, query head) by their log-sum-exp.
+template <int D>
+__global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const DecodeAttentionArgs& a = p.a;
+  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+  const int64_t row = (int64_t(b) * a.n_heads + h) * p.splits;
+  float m = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, p.part_lse[row + s]);
+  float num = 0.f, den = 0.f;
+  if (m != -INFINITY) {
+    for (int s = 0; s < p.splits; ++s) {
+      const float w = exp2f(p.part_lse[row + s] - m);
+      num += w * p.part_o[(row + s) * D + d];
+      den += w;
+    }
+  }
+  const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
+  store_act(a.out, a.act_dtype, b * out_stride + int64_t(h) * D + d, den > 0.f ? num / den : 0.f);
 }
 
 template <KvCacheDtype KV, int D>
@@ -585,8 +561,10 @@ cudaError_t launch_d(const DecodeParams& p, const DecodeAttentionPlan& plan, cud
   cudaError_t err;
   if constexpr (D <= 128) {
     if (plan.tensor_cores) {
-      return plan.mma_ahead ? launch(decode_attention_mma_kernel<KV, D, true>, grid, kThreads, 0, stream, p)
-                            : launch(decode_attention_mma_kernel<KV, D, false>, grid, kThreads, 0, stream, p);
+      err = plan.mma_ahead ? launch(decode_attention_mma_kernel<KV, D, true>, grid, kThreads, 0, stream, p)
+                           : launch(decode_attention_mma_kernel<KV, D, false>, grid, kThreads, 0, stream, p);
+      if (err != cudaSuccess || p.splits == 1) return err;
+      return launch(decode_combine_kernel<D>, dim3(p.a.n_heads, p.a.batch), D, 0, stream, p);
     }
   }
   switch (plan.heads_per_cta) {
@@ -596,7 +574,8 @@ cudaError_t launch_d(const DecodeParams& p, const DecodeAttentionPlan& plan, cud
     case 8: err = launch(decode_attention_kernel<KV, D, 8>, grid, kThreads, 0, stream, p); break;
     default: return cudaErrorInvalidValue;
   }
-  return err;
+  if (err != cudaSuccess || p.splits == 1) return err;
+  return launch(decode_combine_kernel<D>, dim3(p.a.n_heads, p.a.batch), D, 0, stream, p);
 }
 
 template <KvCacheDtype KV>
@@ -663,15 +642,8 @@ std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_sp
   p.grid_y = a.n_kv_heads * head_chunks;
   p.grid_z = a.batch;
   p.threads = kThreads;
-  // The arrival counters first, at a fixed size, so plans of any batch can share one workspace (each leaves
-  // them zero); then the partial outputs and log-sum-exps.
-  if (splits > 1 && int64_t(a.batch) * p.grid_y > kDecodeArrivalSlots)
-    return "batch: " + std::to_string(a.batch) + " sequences x " + std::to_string(p.grid_y) +
-           " KV head chunks exceed the " + std::to_string(kDecodeArrivalSlots) +
-           " split counters; use decode_kv_splits 1 or fewer sequences";
-  p.workspace_bytes = splits == 1 ? 0
-                                  : kDecodeArrivalBytes + size_t(a.batch) * a.n_heads * splits *
-                                                              (size_t(a.head_dim) + 1) * sizeof(float);
+  p.workspace_bytes =
+      splits == 1 ? 0 : size_t(a.batch) * a.n_heads * splits * (size_t(a.head_dim) + 1) * sizeof(float);
   *plan = p;
   return "";
 }
@@ -691,8 +663,7 @@ cudaError_t decode_attention_run(const DecodeAttentionArgs& a, const DecodeAtten
   p.mma_q_scale = scale * kLog2e;
   p.mma_s_scale = fp8 ? a.k_scale : 1.f;
   p.out_scale = fp8 ? a.v_scale : 1.f;
-  p.arrived = static_cast<int*>(workspace);
-  p.part_o = workspace ? reinterpret_cast<float*>(static_cast<char*>(workspace) + kDecodeArrivalBytes) : nullptr;
+  p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + size_t(a.batch) * a.n_heads * plan.kv_splits * a.head_dim : nullptr;
   switch (a.kv_dtype) {
     case KvCacheDtype::kBf16: return launch_kv<KvCacheDtype::kBf16>(p, plan, stream);

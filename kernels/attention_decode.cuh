@@ -10,8 +10,7 @@
 //
 // Work: one CTA per (sequence, KV head, split) serves all n_heads / n_kv_heads query heads of that KV head,
 // so each K/V byte is read once per step; with kv_splits > 1 every split writes an unnormalised partial
-// (fp32 output + log-sum-exp) to the workspace, and the CTA that finishes last among the splits of its
-// (sequence, head chunk), counted by an atomic in the workspace, merges them (one kernel a call).
+// (fp32 output + log-sum-exp) to the workspace and a combine kernel merges them.
 // Bytes per call: sum_b seq_len_b * n_kv_heads * head_dim * 2 (K and V) * kv_dtype_bytes
 //   + batch * n_heads * head_dim * act bytes * 2, plus the workspace round trip when kv_splits > 1.
 // FLOPs per call: 4 * sum_b seq_len_b * n_heads * head_dim.
@@ -71,10 +70,6 @@ struct DecodeAttentionPlan {
 // naming the field and the allowed values.
 std::string decode_attention_can_implement(const DecodeAttentionArgs& args);
 
-// The split counters at the start of a workspace: one per (sequence, KV head chunk) of a call.
-inline constexpr int kDecodeArrivalSlots = 16384;
-inline constexpr size_t kDecodeArrivalBytes = kDecodeArrivalSlots * sizeof(int);
-
 // The most KV splits a plan may use (decode_kv_splits knob: 0 or a power of two up to this).
 inline constexpr int kDecodeMaxKvSplits = 128;
 
@@ -86,9 +81,7 @@ std::string decode_attention_plan(const DecodeAttentionArgs& args, int requested
                                   DecodeAttentionPlan* plan, bool allow_tensor_cores = true);
 
 // Launches only (no allocation, no sync). workspace: plan.workspace_bytes of device memory, 16-byte
-// aligned (may be null when that is 0), whose first kDecodeArrivalBytes (the split counters) are zero before
-// the first run (cudaMemset once); every run leaves them zero, so one workspace serves every later run on
-// the stream, of any plan that fits in it. Returns the launch error, if any.
+// aligned (may be null when that is 0). Returns the launch error, if any.
 cudaError_t decode_attention_run(const DecodeAttentionArgs& args, const DecodeAttentionPlan& plan,
                                  void* workspace, cudaStream_t stream);
 

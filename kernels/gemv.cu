@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace soartune::kernels {
 namespace {
@@ -95,19 +97,38 @@ struct KernelArgs {
   int64_t x_stride, y_stride;
   bool out_bf16;
   bool accumulate;
+  bool swiglu;
 };
+
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // Sums the W warps' partials red[W][kRows][kCols + 1] and writes rows row0.. of y (fp32, bf16, or added into
 // fp32), threads `tid` of `nthreads` sharing the work.
 template <int W, int kRows, int kCols>
 __device__ __forceinline__ void store_rows(const KernelArgs& a, const float* red, int row0, int tid, int nthreads) {
+  auto sum = [&](int r, int b) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) s += red[(w * kRows + r) * (kCols + 1) + b];
+    return s;
+  };
+  if (a.swiglu) {  // rows 16q .. 16q + 7 are gate rows 8q .., the next eight the matching up rows
+    for (int idx = tid; idx < kRows / 2 * kCols; idx += nthreads) {
+      const int b = idx / (kRows / 2), j = idx % (kRows / 2);
+      const int r = j / 8 * 16 + j % 8;
+      if (b >= a.batch || row0 + r >= a.n) continue;
+      // Rounded to bf16 first, as the unfused gate|up output is, then silu(g) * u as kernels/activation.cu.
+      const float gt = round_bf16(sum(r, b)), up = round_bf16(sum(r + 8, b));
+      reinterpret_cast<__nv_bfloat16*>(a.y)[b * a.y_stride + row0 / 2 + j] =
+          __float2bfloat16_rn(gt / (1.f + __expf(-gt)) * up);
+    }
+    return;
+  }
   for (int idx = tid; idx < kRows * kCols; idx += nthreads) {
     const int b = idx / kRows, r = idx % kRows;
     const int row = row0 + r;
     if (b >= a.batch || row >= a.n) continue;
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) s += red[(w * kRows + r) * (kCols + 1) + b];
+    const float s = sum(r, b);
     if (a.out_bf16) {
       reinterpret_cast<__nv_bfloat16*>(a.y)[b * a.y_stride + row] = __float2bfloat16_rn(s);
     } else {
@@ -224,21 +245,21 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
 
 // The pipelined form: one CTA an SM loops over the 16-row tiles blockIdx.x, blockIdx.x + gridDim.x, ...
 // (rows are contiguous, so a tile is one block of memory), and a producer warp streams each tile through
-// S shared-memory stages of 16 rows x 1 KB with TMA bulk copies, S stages ahead of W consumer warps.
+// S shared-memory stages of 16 rows x RB bytes with TMA bulk copies (one a row, issued by one lane each), S
+// stages ahead of W consumer warps.
 // Bytes in flight stay at S x 16 KB an SM through the consumers' mma work, their reductions and the tile
 // boundaries (the direct-load form above has a burst of loads a step and a wave of CTAs a tile), and the
 // grid has no tail wave. Consumers map chunks to mma k-slots as gemv_kernel does; a stage's rows sit
-// kPipeRowPitch bytes apart, which puts the eight rows of a quarter-warp's 16-byte loads in distinct banks.
-constexpr int kPipeRowBytes = 1024;
-constexpr int kPipeRowPitch = kPipeRowBytes + 64;
-constexpr int kPipeStageBytes = 16 * kPipeRowPitch;
-
-constexpr size_t pipe_smem_bytes(int W, int S, int NT) {
-  return size_t(S) * kPipeStageBytes + 2 * S * sizeof(uint64_t) + size_t(W) * 16 * (8 * NT + 1) * sizeof(float);
+// RB + 64 bytes apart, which puts the eight rows of a quarter-warp's 16-byte loads in distinct banks.
+constexpr size_t pipe_smem_bytes(int W, int S, int RB, int NT) {
+  return size_t(S) * 16 * (RB + 64) + 2 * S * sizeof(uint64_t) + size_t(W) * 16 * (8 * NT + 1) * sizeof(float);
 }
 
-template <WeightFormat F, int W, int S, int NT>
+template <WeightFormat F, int W, int S, int RB, int NT>
 __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const KernelArgs a) {
+  constexpr int kPipeRowBytes = RB;
+  constexpr int kPipeRowPitch = RB + 64;
+  constexpr int kPipeStageBytes = 16 * kPipeRowPitch;
   pdl_launch_dependents();
   extern __shared__ __align__(128) uint8_t smem[];
   constexpr int V = kValuesPerChunk<F>;
@@ -272,20 +293,18 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
   __syncthreads();
 
   if (warp == W) {  // producer: weights only (no kernel writes them), so no PDL wait
-    if (lane == 0) {
-      const uint64_t policy = l2_evict_first_policy();
-      for (int it = 0; it < total; ++it) {
-        const int tile = int(blockIdx.x) + (it / spt) * int(gridDim.x), st = it % spt;
-        const int s = it % S, use = it / S;
-        if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
-        const int64_t off = int64_t(st) * kPipeRowBytes;
-        const uint32_t bytes = uint32_t(row_bytes - off < kPipeRowBytes ? row_bytes - off : kPipeRowBytes);
-        const int rows = a.n - tile * 16 < 16 ? a.n - tile * 16 : 16;
-        mbar_arrive_expect_tx(&full[s], bytes * rows);
-        uint8_t* dst = smem + s * kPipeStageBytes;
-        const uint8_t* src = a.w + int64_t(tile) * 16 * row_bytes + off;
-        for (int i = 0; i < rows; ++i) bulk_copy_g2s(dst + i * kPipeRowPitch, src + i * row_bytes, bytes, &full[s], policy);
-      }
+    const uint64_t policy = l2_evict_first_policy();
+    for (int it = 0; it < total; ++it) {
+      const int tile = int(blockIdx.x) + (it / spt) * int(gridDim.x), st = it % spt;
+      const int s = it % S, use = it / S;
+      if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
+      const int64_t off = int64_t(st) * kPipeRowBytes;
+      const uint32_t bytes = uint32_t(row_bytes - off < kPipeRowBytes ? row_bytes - off : kPipeRowBytes);
+      const int rows = a.n - tile * 16 < 16 ? a.n - tile * 16 : 16;
+      if (lane == 0) mbar_arrive_expect_tx(&full[s], bytes * rows);
+      if (lane < rows)
+        bulk_copy_g2s(smem + s * kPipeStageBytes + lane * kPipeRowPitch,
+                      a.w + (int64_t(tile) * 16 + lane) * row_bytes + off, bytes, &full[s], policy);
     }
     return;
   }
@@ -393,9 +412,9 @@ constexpr Variant kVariants[] = {
     {"m2w8u2", 2, 8, 2, 0},
     {"m2w4u4", 2, 4, 4, 0},
     {"m1w16u2", 1, 16, 2, 0},
-    {"m1w8s8", 1, 8, 0, 8},
-    {"m1w4s8", 1, 4, 0, 8},
-    {"m1w8s12", 1, 8, 0, 12},
+    {"m1w8s8k1", 1, 8, 0, 8},   // 8 stages of 16 rows x 1 KB
+    {"m1w8s6k2", 1, 8, 0, 6},   // 6 x 2 KB
+    {"m1w8s3k4", 1, 8, 0, 3},   // 3 x 4 KB
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -410,22 +429,23 @@ cudaError_t launch_nt(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t 
   }
 }
 
-template <WeightFormat F, int W, int S, int NT>
+template <WeightFormat F, int W, int S, int RB, int NT>
 cudaError_t launch_pipe_nt(const KernelArgs& ka, int grid, cudaStream_t stream) {
-  constexpr size_t smem = pipe_smem_bytes(W, S, NT);
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  constexpr size_t smem = pipe_smem_bytes(W, S, RB, NT);
+  static_assert(smem <= 227 * 1024, "stages exceed shared memory");
+  static const cudaError_t attr = cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, RB, NT>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (attr != cudaSuccess) return attr;
-  return launch(gemv_pipe_kernel<F, W, S, NT>, grid, (W + 1) * 32, smem, stream, ka);
+  return launch(gemv_pipe_kernel<F, W, S, RB, NT>, grid, (W + 1) * 32, smem, stream, ka);
 }
 
-template <WeightFormat F, int W, int S>
+template <WeightFormat F, int W, int S, int RB>
 cudaError_t launch_pipe(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t stream) {
   switch (n_tiles) {
-    case 1: return launch_pipe_nt<F, W, S, 1>(ka, grid, stream);
-    case 2: return launch_pipe_nt<F, W, S, 2>(ka, grid, stream);
-    case 3: return launch_pipe_nt<F, W, S, 3>(ka, grid, stream);
-    case 4: return launch_pipe_nt<F, W, S, 4>(ka, grid, stream);
+    case 1: return launch_pipe_nt<F, W, S, RB, 1>(ka, grid, stream);
+    case 2: return launch_pipe_nt<F, W, S, RB, 2>(ka, grid, stream);
+    case 3: return launch_pipe_nt<F, W, S, RB, 3>(ka, grid, stream);
+    case 4: return launch_pipe_nt<F, W, S, RB, 4>(ka, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -433,9 +453,9 @@ cudaError_t launch_pipe(const KernelArgs& ka, int n_tiles, int grid, cudaStream_
 template <WeightFormat F>
 cudaError_t launch_format(const KernelArgs& ka, const GemvPlan& p, cudaStream_t stream) {
   switch (p.variant) {
-    case 5: return launch_pipe<F, 8, 8>(ka, p.n_tiles, p.grid, stream);
-    case 6: return launch_pipe<F, 4, 8>(ka, p.n_tiles, p.grid, stream);
-    case 7: return launch_pipe<F, 8, 12>(ka, p.n_tiles, p.grid, stream);
+    case 5: return launch_pipe<F, 8, 8, 1024>(ka, p.n_tiles, p.grid, stream);
+    case 6: return launch_pipe<F, 8, 6, 2048>(ka, p.n_tiles, p.grid, stream);
+    case 7: return launch_pipe<F, 8, 3, 4096>(ka, p.n_tiles, p.grid, stream);
     case 0: return launch_nt<F, 1, 8, 2>(ka, p.n_tiles, p.grid, stream);
     case 1: return launch_nt<F, 1, 8, 4>(ka, p.n_tiles, p.grid, stream);
     case 2: return launch_nt<F, 2, 8, 2>(ka, p.n_tiles, p.grid, stream);
@@ -467,6 +487,21 @@ std::string allowed_variants() {
 
 }  // namespace
 
+void interleave_gate_up(uint8_t* rows, size_t row_bytes, float* scales, size_t scales_per_row, int f) {
+  std::vector<uint8_t> w(rows, rows + size_t(2) * f * row_bytes);
+  std::vector<float> sc;
+  if (scales) sc.assign(scales, scales + size_t(2) * f * scales_per_row);
+  for (int j = 0; j < f; ++j) {
+    const size_t gate_to = size_t(j / 8) * 16 + j % 8, up_to = gate_to + 8;
+    std::memcpy(rows + gate_to * row_bytes, w.data() + size_t(j) * row_bytes, row_bytes);
+    std::memcpy(rows + up_to * row_bytes, w.data() + size_t(f + j) * row_bytes, row_bytes);
+    if (scales) {
+      std::memcpy(scales + gate_to * scales_per_row, sc.data() + size_t(j) * scales_per_row, scales_per_row * 4);
+      std::memcpy(scales + up_to * scales_per_row, sc.data() + size_t(f + j) * scales_per_row, scales_per_row * 4);
+    }
+  }
+}
+
 const std::vector<std::string>& gemv_variant_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
@@ -490,6 +525,10 @@ std::string gemv_can_implement(const GemvArgs& a, const std::string& variant) {
            weight_format_name(a.w.format);
   if (!a.w.w || !a.x || !a.y) return "pointers: w, x and y must be device pointers";
   if (a.accumulate && a.out_bf16) return "accumulate: only into an fp32 y (out_bf16 is set)";
+  if (a.swiglu && (a.accumulate || !a.out_bf16))
+    return "swiglu: writes bf16 silu(gate) * up; set out_bf16 and not accumulate";
+  if (a.swiglu && a.w.n % 16 != 0)
+    return "swiglu: n=" + std::to_string(a.w.n) + " must be a multiple of 16 (gate and up rows interleaved by 8)";
   if ((reinterpret_cast<uintptr_t>(a.w.w) | reinterpret_cast<uintptr_t>(a.x)) % 16 != 0)
     return "pointers: w and x must be 16-byte aligned";
   const int64_t xs = a.x_stride ? a.x_stride : a.w.k;
@@ -555,9 +594,10 @@ cudaError_t gemv_run(const GemvArgs& a, const GemvPlan& p, cudaStream_t stream) 
   ka.group = a.w.group;
   ka.batch = a.batch;
   ka.x_stride = a.x_stride ? a.x_stride : a.w.k;
-  ka.y_stride = a.y_stride ? a.y_stride : a.w.n;
+  ka.y_stride = a.y_stride ? a.y_stride : (a.swiglu ? a.w.n / 2 : a.w.n);
   ka.out_bf16 = a.out_bf16;
   ka.accumulate = a.accumulate;
+  ka.swiglu = a.swiglu;
   switch (a.w.format) {
     case WeightFormat::kBf16: return launch_format<WeightFormat::kBf16>(ka, p, stream);
     case WeightFormat::kFp16: return launch_format<WeightFormat::kFp16>(ka, p, stream);

@@ -19,6 +19,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,7 +39,16 @@ struct GemvArgs {
   int64_t y_stride = 0;      // 0 = n
   bool out_bf16 = false;
   bool accumulate = false;   // y += result (fp32 y only)
+  // SwiGLU epilogue: W is gate|up with rows interleaved by 8 (rows 16q .. 16q + 7 are gate rows 8q .. 8q + 7,
+  // rows 16q + 8 .. 16q + 15 the up rows 8q ..; interleave_gate_up() lays them out), and y is bf16
+  // [batch][n / 2] = silu(gate) * up, gate and up rounded to bf16 first (as the unfused path rounds them).
+  // Needs out_bf16, no accumulate, n % 16 == 0; y_stride 0 = n / 2.
+  bool swiglu = false;
 };
+
+// Reorders the rows of a fused gate|up weight ([2f][row_bytes], gate rows first) and its per-row scales
+// ([2f][scales_per_row], may be empty) into the SwiGLU epilogue's interleaved order, in place. f % 8 == 0.
+void interleave_gate_up(uint8_t* rows, size_t row_bytes, float* scales, size_t scales_per_row, int f);
 
 struct GemvPlan {
   int variant = -1;          // index into gemv_variant_names()

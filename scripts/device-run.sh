@@ -142,8 +142,8 @@ if want ncu_decode; then
   if command -v ncu >/dev/null; then
     for w in ${NCU_WEIGHTS:-bf16 int4g128}; do
       for b in ${NCU_BATCHES:-1}; do
-        # 9 kernels a layer (norm, qkv, RoPE, attention, o, norm, gate|up, SwiGLU, down) and 4 more:
-        # skip two steps, take one (any window of n kernels in the steady state holds one step).
+        # 9 kernels a layer (norm, qkv, RoPE, attention, combine, o, norm, gate|up with SwiGLU, down) and 4
+        # more: skip two steps, take one (any window of n kernels in the steady state holds one step).
         n=${NCU_STEP_KERNELS:-$((9 * 32 + 4))}
         timeout 240 ncu --clock-control none --cache-control none --kernel-name-base demangled \
           --kernel-name 'regex:gemv|rmsnorm|rope|attention|combine|swiglu|argmax|embedding' \

@@ -93,7 +93,8 @@ Status CudaModel::alloc(void** p, size_t bytes) {
 
 // ---- weights ----
 
-Status CudaModel::upload_linear(const std::vector<const QuantizedLinear*>& parts, kn::DeviceLinear* out) {
+Status CudaModel::upload_linear(const std::vector<const QuantizedLinear*>& parts, kn::DeviceLinear* out,
+                                bool interleave_gate_up) {
   const QuantizedLinear& p0 = *parts[0];
   int n = 0;
   for (const QuantizedLinear* p : parts) {
@@ -137,6 +138,12 @@ Status CudaModel::upload_linear(const std::vector<const QuantizedLinear*>& parts
     }
     scales.insert(scales.end(), p->scales.begin(), p->scales.end());
   }
+  if (interleave_gate_up) {
+    if (parts.size() != 2 || parts[0]->out != parts[1]->out || parts[0]->out % 8 != 0)
+      return Status::Internal("weights: interleaving gate|up needs two parts of equal width, a multiple of 8");
+    kn::interleave_gate_up(host.data(), wb / n, scales.empty() ? nullptr : scales.data(), scales.size() / n,
+                           parts[0]->out);
+  }
   SOARTUNE_CUDA_TRY(cudaMemcpy(w, host.data(), wb, cudaMemcpyHostToDevice));
   d.w = w;
   weight_bytes_ += wb;
@@ -178,7 +185,8 @@ Status CudaModel::upload(const ModelWeights& w) {
     CudaLayer& D = layers_[l];
     SOARTUNE_STATUS_TRY(upload_linear({&L.wq, &L.wk, &L.wv}, &D.qkv));
     SOARTUNE_STATUS_TRY(upload_linear({&L.wo}, &D.o));
-    SOARTUNE_STATUS_TRY(upload_linear({&L.w_gate, &L.w_up}, &D.gate_up));
+    D.gate_up_interleaved = L.w_gate.out % 8 == 0 && L.w_gate.out == L.w_up.out;
+    SOARTUNE_STATUS_TRY(upload_linear({&L.w_gate, &L.w_up}, &D.gate_up, D.gate_up_interleaved));
     SOARTUNE_STATUS_TRY(upload_linear({&L.w_down}, &D.down));
     SOARTUNE_STATUS_TRY(upload_floats(L.attn_norm, &D.attn_norm, al));
     SOARTUNE_STATUS_TRY(upload_floats(L.mlp_norm, &D.mlp_norm, al));
@@ -241,6 +249,7 @@ Status CudaModel::generate(const ModelConfig& c, const SyntheticSpec& spec) {
     SOARTUNE_STATUS_TRY(make_linear(c.q_dim() + 2 * c.kv_dim(), c.hidden, spec.format, spec.group, &D.qkv));
     SOARTUNE_STATUS_TRY(make_linear(c.hidden, c.q_dim(), spec.format, spec.group, &D.o));
     SOARTUNE_STATUS_TRY(make_linear(2 * c.intermediate, c.hidden, spec.format, spec.group, &D.gate_up));
+    D.gate_up_interleaved = c.intermediate % 8 == 0;  // random rows: any order is the interleaved one
     SOARTUNE_STATUS_TRY(make_linear(c.hidden, c.intermediate, spec.format, spec.group, &D.down));
     SOARTUNE_STATUS_TRY(make_norm(&D.attn_norm));
     SOARTUNE_STATUS_TRY(make_norm(&D.mlp_norm));
@@ -371,11 +380,7 @@ Status CudaModel::prepare(const CudaOptions& opt) {
       return Status::Invalid("launch.decode_kv_splits / kv_cache_dtype: decode attention: " + e);
     if (e.empty()) attn_workspace_bytes_ = std::max(attn_workspace_bytes_, plan.workspace_bytes);
   }
-  if (attn_workspace_bytes_ > 0) {
-    SOARTUNE_STATUS_TRY(A(&attn_workspace_, attn_workspace_bytes_));
-    // The split counters start at zero; every decode attention call leaves them so.
-    SOARTUNE_CUDA_TRY(cudaMemset(attn_workspace_, 0, kn::kDecodeArrivalBytes));
-  }
+  if (attn_workspace_bytes_ > 0) SOARTUNE_STATUS_TRY(A(&attn_workspace_, attn_workspace_bytes_));
   {
     kn::PrefillAttentionArgs pa;
     pa.q = q_, pa.out = attn_, pa.k_cache = k_cache_[0], pa.v_cache = v_cache_[0];
@@ -432,7 +437,7 @@ Status CudaModel::capture_graph(int batch) {
 // ---- the step ----
 
 Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16,
-                         bool accumulate) {
+                         bool accumulate, bool swiglu) {
   if (rows <= kn::kGemvMaxBatch) {
     kn::GemvArgs g;
     g.w = w;
@@ -441,11 +446,13 @@ Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int 
     g.batch = rows;
     g.out_bf16 = out_bf16;
     g.accumulate = accumulate;
+    g.swiglu = swiglu;
     kn::GemvPlan plan;
     SOARTUNE_KERNEL_TRY(kn::gemv_plan(g, opt_.gemv_variant, &plan));
     SOARTUNE_CUDA_TRY(kn::gemv_run(g, plan, stream_));
     return Status::Ok();
   }
+  if (swiglu) return Status::Internal("linear: the SwiGLU epilogue is the GEMV's (rows <= 32)");
   SOARTUNE_KERNEL_TRY(kn::gemm_run(gemm_, w, x, w.k, y, w.n, rows, stream_, out_bf16, accumulate));
   return Status::Ok();
 }
@@ -537,12 +544,21 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     na.gamma = L.mlp_norm;
     SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
     mark("rmsnorm");
-    // gate|up in bf16, as a 16-bit reference model rounds it: SwiGLU reads half the bytes.
-    SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true));
-    mark("linear_gate_up");
-    SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_, /*gate_up_bf16=*/true));
-    mark("swiglu");
-    SOARTUNE_STATUS_TRY(linear(L.down, xn_, residual_, T, false, /*accumulate=*/true));
+    // gate|up in bf16, as a 16-bit reference model rounds it: SwiGLU reads half the bytes. Decode steps
+    // (GEMV rows) with the interleaved layout apply SwiGLU in the GEMV's epilogue: no kernel, no round trip.
+    const void* down_x = xn_;
+    if (L.gate_up_interleaved && T <= kn::kGemvMaxBatch) {
+      SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, /*swiglu=*/true));
+      mark("linear_gate_up");
+      down_x = wide_;
+    } else {
+      SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true));
+      mark("linear_gate_up");
+      SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_, /*gate_up_bf16=*/true,
+                                       L.gate_up_interleaved));
+      mark("swiglu");
+    }
+    SOARTUNE_STATUS_TRY(linear(L.down, down_x, residual_, T, false, /*accumulate=*/true));
     mark("linear_down");
   }
   if (rows_out == 0) return Status::Ok();  // a prefill chunk that only fills the KV cache

@@ -38,7 +38,9 @@ namespace soartune::engine::cuda {
 struct CudaLayer {
   kernels::DeviceLinear qkv;       // [q_dim + 2 kv_dim][hidden]
   kernels::DeviceLinear o;         // [hidden][q_dim]
-  kernels::DeviceLinear gate_up;   // [2 intermediate][hidden], gate rows first
+  kernels::DeviceLinear gate_up;   // [2 intermediate][hidden]: gate rows first, or interleaved by 8
+  bool gate_up_interleaved = false; // kernels::interleave_gate_up order (intermediate % 8 == 0): the decode
+                                    // GEMV applies SwiGLU in its epilogue
   kernels::DeviceLinear down;      // [hidden][intermediate]
   float* attn_norm = nullptr;      // [hidden]
   float* mlp_norm = nullptr;       // [hidden]
@@ -106,11 +108,14 @@ class CudaModel {
  private:
   struct Staging;  // host layout of the per-step inputs
   Status alloc(void** p, size_t bytes);
-  Status upload_linear(const std::vector<const QuantizedLinear*>& parts, kernels::DeviceLinear* out);
+  // interleave_gate_up: parts are {gate, up}; their rows go in kernels::interleave_gate_up order.
+  Status upload_linear(const std::vector<const QuantizedLinear*>& parts, kernels::DeviceLinear* out,
+                       bool interleave_gate_up = false);
   // y = x W^T: fp32, or bf16 when out_bf16 (qkv and gate|up, read only by RoPE and SwiGLU); accumulate:
   // y += x W^T (o and down add themselves into the fp32 residual stream).
+  // swiglu: w is an interleaved gate|up and y = bf16 silu(gate) * up [rows][n / 2] (GEMV rows only).
   Status linear(const kernels::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16 = false,
-                bool accumulate = false);
+                bool accumulate = false, bool swiglu = false);
   Status run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out);
   Status capture_graph(int batch);
   Status copy_inputs(const Step& step, bool decode_only, int* max_q_len, int* max_seq_len);

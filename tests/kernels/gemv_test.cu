@@ -2,7 +2,9 @@
 // inputs, outputs poisoned before each run and the rows past the output checked untouched.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -196,6 +198,86 @@ TEST(Gemv, PipelinedVariantsStreamManyTilesPerCta) {
       }
     }
   }
+}
+
+TEST(Gemv, InterleaveGateUpPutsEightGateRowsThenTheirUpRows) {
+  const int f = 24;
+  const size_t row_bytes = 3, spr = 2;
+  std::vector<uint8_t> rows(2 * f * row_bytes);
+  std::vector<float> scales(2 * f * spr);
+  for (int r = 0; r < 2 * f; ++r) {
+    for (size_t i = 0; i < row_bytes; ++i) rows[r * row_bytes + i] = uint8_t(r);
+    for (size_t i = 0; i < spr; ++i) scales[r * spr + i] = float(r) + 0.5f * i;
+  }
+  interleave_gate_up(rows.data(), row_bytes, scales.data(), spr, f);
+  for (int q = 0; q < f / 8; ++q)
+    for (int i = 0; i < 16; ++i) {
+      const int at = 16 * q + i, from = i < 8 ? 8 * q + i : f + 8 * q + i - 8;
+      for (size_t b = 0; b < row_bytes; ++b) ASSERT_EQ(rows[at * row_bytes + b], from) << "row " << at;
+      for (size_t b = 0; b < spr; ++b) ASSERT_EQ(scales[at * spr + b], float(from) + 0.5f * b) << "row " << at;
+    }
+}
+
+// The SwiGLU epilogue on every variant: y[b][j] = silu(bf16(gate_j)) * bf16(up_j), rows interleaved by 8.
+TEST(Gemv, SwigluEpilogueMatchesTheTwin) {
+  KT_SKIP_WITHOUT_GPU("GEMV kernels");
+  const uint64_t seed = test::new_seed();
+  std::printf("seed %llu\n", (unsigned long long)seed);
+  std::mt19937_64 rng(seed);
+  const int n = 96, f = n / 2;
+  std::vector<std::string> variants = gemv_variant_names();
+  variants.push_back("auto");
+  for (const Case& c : std::vector<Case>{{WeightFormat::kBf16, 0}, {WeightFormat::kInt8, 32}, {WeightFormat::kInt4, 32}}) {
+    const int k = c.format == WeightFormat::kInt4 ? 640 : 384;
+    Weights w = make_weights(rng, c.format, n, k, c.group);
+    Dev dw(w.w.size()), ds(w.scales.size() * 4 + 16);
+    dw.upload(w.w);
+    if (!w.scales.empty()) ds.upload(w.scales);
+    for (int batch : {1, 3, 8, 13}) {
+      std::vector<uint16_t> xb;
+      std::vector<float> xf;
+      test::random_bf16(rng, size_t(batch) * k, 1.f, &xb, &xf);
+      std::vector<float> full(size_t(batch) * n), want(size_t(batch) * f);
+      linear_ref(w.host, xf.data(), batch, full.data());
+      for (int b = 0; b < batch; ++b)
+        for (int j = 0; j < f; ++j) {
+          const int r = j / 8 * 16 + j % 8;
+          const float g = bf16_to_f32(f32_to_bf16(full[size_t(b) * n + r]));
+          const float u = bf16_to_f32(f32_to_bf16(full[size_t(b) * n + r + 8]));
+          want[size_t(b) * f + j] = g / (1.f + std::exp(-g)) * u;
+        }
+      Dev dx(xb.size() * 2), dy(size_t(batch) * f * 2 + 256);
+      dx.upload(xb);
+      for (const std::string& v : variants) {
+        GemvArgs a;
+        a.w = {c.format, n, k, c.group, dw.p, w.scales.empty() ? nullptr : ds.as<float>()};
+        a.x = dx.p;
+        a.y = dy.p;
+        a.batch = batch;
+        a.out_bf16 = true;
+        a.swiglu = true;
+        GemvPlan plan;
+        ASSERT_EQ(gemv_plan(a, v, &plan), "");
+        dy.poison();
+        KT_CUDA(gemv_run(a, plan, nullptr));
+        KT_CUDA(cudaDeviceSynchronize());
+        auto raw = dy.download<uint16_t>(size_t(batch) * f + 128);
+        std::vector<float> out(want.size());
+        for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(raw[i]);
+        for (size_t i = out.size(); i < raw.size(); ++i) ASSERT_EQ(raw[i], 0xFFFF) << "wrote past the output";
+        EXPECT_LT(test::normalized_error(out, want), 1e-2)
+            << weight_format_name(c.format) << " batch " << batch << " variant " << v;
+      }
+    }
+  }
+  GemvArgs a;
+  a.w = {WeightFormat::kBf16, 88, 64, 0, reinterpret_cast<void*>(256), nullptr};
+  a.x = a.y = reinterpret_cast<void*>(256);
+  a.batch = 1;
+  a.swiglu = true;
+  EXPECT_NE(gemv_can_implement(a, "auto").find("swiglu"), std::string::npos) << "needs out_bf16";
+  a.out_bf16 = true;
+  EXPECT_NE(gemv_can_implement(a, "auto").find("multiple of 16"), std::string::npos);
 }
 
 }  // namespace
