@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -98,6 +99,7 @@ struct KernelArgs {
   bool out_bf16;
   bool accumulate;
   bool swiglu;
+  int prefetch_row_bytes;  // direct form: bytes of each of its rows a CTA asks into L2 at its start (0: none)
 };
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -155,6 +157,12 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
   const int64_t row_bytes = int64_t(nchunks) * 16;
   const int groups_per_row = kQuant ? a.k / a.group : 0;
   const int chunks_per_group = kQuant ? a.group / V : 1;
+
+  // One lane a row: the first prefetch_row_bytes of each row into L2, before PDL's wait (weights are never
+  // written), so the register loads of the first steps find them there.
+  if (a.prefetch_row_bytes > 0 && warp == 0 && lane < 16 * M && row0 + lane < a.n)
+    bulk_prefetch_l2(a.w + (row0 + lane) * row_bytes,
+                     uint32_t(row_bytes < a.prefetch_row_bytes ? row_bytes : a.prefetch_row_bytes));
 
   float acc[M][NT][4];
 #pragma unroll
@@ -412,9 +420,9 @@ constexpr Variant kVariants[] = {
     {"m2w8u2", 2, 8, 2, 0},
     {"m2w4u4", 2, 4, 4, 0},
     {"m1w16u2", 1, 16, 2, 0},
-    {"m1w8s8k1", 1, 8, 0, 8},   // 8 stages of 16 rows x 1 KB
-    {"m1w8s6k2", 1, 8, 0, 6},   // 6 x 2 KB
-    {"m1w8s3k4", 1, 8, 0, 3},   // 3 x 4 KB
+    {"m1w8s3k4", 1, 8, 0, 3},    // 3 stages of 16 rows x 4 KB, 8 consumer warps
+    {"m1w16s4k2", 1, 16, 0, 4},  // 4 x 2 KB, 16 consumer warps
+    {"m1w16s8k1", 1, 16, 0, 8},  // 8 x 1 KB, 16 consumer warps
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -453,9 +461,9 @@ cudaError_t launch_pipe(const KernelArgs& ka, int n_tiles, int grid, cudaStream_
 template <WeightFormat F>
 cudaError_t launch_format(const KernelArgs& ka, const GemvPlan& p, cudaStream_t stream) {
   switch (p.variant) {
-    case 5: return launch_pipe<F, 8, 8, 1024>(ka, p.n_tiles, p.grid, stream);
-    case 6: return launch_pipe<F, 8, 6, 2048>(ka, p.n_tiles, p.grid, stream);
-    case 7: return launch_pipe<F, 8, 3, 4096>(ka, p.n_tiles, p.grid, stream);
+    case 5: return launch_pipe<F, 8, 3, 4096>(ka, p.n_tiles, p.grid, stream);
+    case 6: return launch_pipe<F, 16, 4, 2048>(ka, p.n_tiles, p.grid, stream);
+    case 7: return launch_pipe<F, 16, 8, 1024>(ka, p.n_tiles, p.grid, stream);
     case 0: return launch_nt<F, 1, 8, 2>(ka, p.n_tiles, p.grid, stream);
     case 1: return launch_nt<F, 1, 8, 4>(ka, p.n_tiles, p.grid, stream);
     case 2: return launch_nt<F, 2, 8, 2>(ka, p.n_tiles, p.grid, stream);
@@ -477,6 +485,38 @@ int find_variant(const std::string& name) {
   for (int i = 0; i < kNumVariants; ++i)
     if (name == kVariants[i].name) return i;
   return -1;
+}
+
+// The current device's compute capability major and SM count (-1 / 0 without a device).
+int device_major() {
+  int dev = 0, major = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return major;
+}
+
+int device_sms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
+// SOARTUNE_GEMV_L2_PREFETCH=<bytes> (read once; a multiple of 16, default 0 = off): how much of each row a
+// direct-form CTA asks into L2 at its start, for side-by-side measurements (docs/PERF.md run 26).
+int l2_prefetch_row_bytes() {
+  static const int bytes = [] {
+    const char* v = std::getenv("SOARTUNE_GEMV_L2_PREFETCH");
+    const long b = v ? std::strtol(v, nullptr, 10) : 0;
+    return b > 0 ? int(b / 16 * 16) : 0;
+  }();
+  return bytes;
 }
 
 std::string allowed_variants() {
@@ -558,6 +598,13 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // (bf16 b1 4.739 against 4.823 with m1w16u2 everywhere, int4 g128 b8 3.113 against 3.230).
     const bool tall = a.w.n > a.w.k;
     p.variant = find_variant(tall && a.w.format != WeightFormat::kInt8 ? "m1w8u2" : "m1w16u2");
+    // At batch 1 on sm_90, 16-bit layers and the (bf16) lm_head of any model stream best through the
+    // pipelined form: its producer runs ahead of PDL's wait, filling four stages an SM while the previous
+    // kernel finishes (whole-model bf16 b1 4.627 against 4.666 ms, run 25; alone, under ncu, each layer is
+    // a little slower). At batch 8 it is slower (5.081 against 4.912), and so it is for int8 / int4 layers.
+    const bool wide_head = a.w.n >= 65536;
+    if (a.batch == 1 && (!is_quantized(a.w.format) || wide_head) && device_major() >= 9)
+      p.variant = find_variant("m1w16s4k2");
   } else {
     p.variant = find_variant(variant);
   }
@@ -568,11 +615,8 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
   p.threads = v.warps * 32;
   p.grid = (a.w.n + 16 * v.m_tiles - 1) / (16 * v.m_tiles);
   if (v.stages > 0) {
-    int dev = 0, major = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return "gemv_variant: " + std::string(v.name) + " needs a CUDA device to plan for";
+    const int major = device_major(), sms = device_sms();
+    if (major < 0 || sms <= 0) return "gemv_variant: " + std::string(v.name) + " needs a CUDA device to plan for";
     if (major < 9)
       return "gemv_variant: " + std::string(v.name) + " needs sm_90 or newer (TMA bulk copies); allowed here: " +
              "m1w8u2, m1w8u4, m2w8u2, m2w4u4, m1w16u2";
@@ -598,6 +642,7 @@ cudaError_t gemv_run(const GemvArgs& a, const GemvPlan& p, cudaStream_t stream) 
   ka.out_bf16 = a.out_bf16;
   ka.accumulate = a.accumulate;
   ka.swiglu = a.swiglu;
+  ka.prefetch_row_bytes = device_major() >= 9 ? l2_prefetch_row_bytes() : 0;
   switch (a.w.format) {
     case WeightFormat::kBf16: return launch_format<WeightFormat::kBf16>(ka, p, stream);
     case WeightFormat::kFp16: return launch_format<WeightFormat::kFp16>(ka, p, stream);

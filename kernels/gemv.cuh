@@ -13,8 +13,10 @@
 // Bytes per call: weight_bytes + scale_bytes + batch * k * 2 (x, L2-resident) + batch * n * 4 (y).
 // FLOPs per call: 2 * batch * n * k (the tensor cores do ceil(batch / 8) * 8 columns).
 //
-// Variants (the gemv_variant knob): "m<m_tiles>w<warps>u<unroll>" from the closed set gemv_variant_names();
-// "auto" picks one by the layer's shape (gemv.cu, gemv_plan).
+// Variants (the gemv_variant knob), the closed set gemv_variant_names(): direct "m<m_tiles>w<warps>u<unroll>"
+// as above, and pipelined "m1w<warps>s<stages>k<KB>" (sm_90: one CTA an SM loops over row tiles that a
+// producer warp streams into shared-memory stages with TMA bulk copies; kernels/README.md). "auto" picks one
+// by the layer's shape and the batch (gemv.cu, gemv_plan).
 #pragma once
 
 #include <cuda_runtime_api.h>
