@@ -7,7 +7,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -99,7 +98,6 @@ struct KernelArgs {
   bool out_bf16;
   bool accumulate;
   bool swiglu;
-  int prefetch_row_bytes;  // direct form: bytes of each of its rows a CTA asks into L2 at its start (0: none)
 };
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -157,12 +155,6 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
   const int64_t row_bytes = int64_t(nchunks) * 16;
   const int groups_per_row = kQuant ? a.k / a.group : 0;
   const int chunks_per_group = kQuant ? a.group / V : 1;
-
-  // One lane a row: the first prefetch_row_bytes of each row into L2, before PDL's wait (weights are never
-  // written), so the register loads of the first steps find them there.
-  if (a.prefetch_row_bytes > 0 && warp == 0 && lane < 16 * M && row0 + lane < a.n)
-    bulk_prefetch_l2(a.w + (row0 + lane) * row_bytes,
-                     uint32_t(row_bytes < a.prefetch_row_bytes ? row_bytes : a.prefetch_row_bytes));
 
   float acc[M][NT][4];
 #pragma unroll
@@ -508,17 +500,6 @@ int device_sms() {
   return sms;
 }
 
-// SOARTUNE_GEMV_L2_PREFETCH=<bytes> (read once; a multiple of 16, default 0 = off): how much of each row a
-// direct-form CTA asks into L2 at its start, for side-by-side measurements (docs/PERF.md run 26).
-int l2_prefetch_row_bytes() {
-  static const int bytes = [] {
-    const char* v = std::getenv("SOARTUNE_GEMV_L2_PREFETCH");
-    const long b = v ? std::strtol(v, nullptr, 10) : 0;
-    return b > 0 ? int(b / 16 * 16) : 0;
-  }();
-  return bytes;
-}
-
 std::string allowed_variants() {
   std::string s = "auto";
   for (const Variant& v : kVariants) s += std::string(", ") + v.name;
@@ -598,13 +579,12 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // (bf16 b1 4.739 against 4.823 with m1w16u2 everywhere, int4 g128 b8 3.113 against 3.230).
     const bool tall = a.w.n > a.w.k;
     p.variant = find_variant(tall && a.w.format != WeightFormat::kInt8 ? "m1w8u2" : "m1w16u2");
-    // At batch 1 on sm_90, 16-bit layers and the (bf16) lm_head of any model stream best through the
-    // pipelined form: its producer runs ahead of PDL's wait, filling four stages an SM while the previous
-    // kernel finishes (whole-model bf16 b1 4.627 against 4.666 ms, run 25; alone, under ncu, each layer is
-    // a little slower). At batch 8 it is slower (5.081 against 4.912), and so it is for int8 / int4 layers.
-    const bool wide_head = a.w.n >= 65536;
-    if (a.batch == 1 && (!is_quantized(a.w.format) || wide_head) && device_major() >= 9)
-      p.variant = find_variant("m1w16s4k2");
+    // At batch 1 on sm_90, 16-bit layers stream best through the pipelined form: its producer runs ahead of
+    // PDL's wait, filling four stages an SM while the previous kernel finishes (whole-model bf16 b1 4.627
+    // against 4.666 ms, run 25; 4.596-4.613 with this rule, run 26; alone, under ncu, each layer is a little
+    // slower). At batch 8 it is slower (5.081 against 4.912), and so it is for int8 / int4 layers; for the
+    // bf16 lm_head of an int8 / int4 model it made no difference (run 26).
+    if (a.batch == 1 && !is_quantized(a.w.format) && device_major() >= 9) p.variant = find_variant("m1w16s4k2");
   } else {
     p.variant = find_variant(variant);
   }
@@ -642,7 +622,6 @@ cudaError_t gemv_run(const GemvArgs& a, const GemvPlan& p, cudaStream_t stream) 
   ka.out_bf16 = a.out_bf16;
   ka.accumulate = a.accumulate;
   ka.swiglu = a.swiglu;
-  ka.prefetch_row_bytes = device_major() >= 9 ? l2_prefetch_row_bytes() : 0;
   switch (a.w.format) {
     case WeightFormat::kBf16: return launch_format<WeightFormat::kBf16>(ka, p, stream);
     case WeightFormat::kFp16: return launch_format<WeightFormat::kFp16>(ka, p, stream);

@@ -7,7 +7,7 @@
 #       model there for the whole-model test.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: timing, bench_nopdl, decode, prefetch, ncu_decode) and writes
+#       tests sanitizer model bench peer e2e; also: timing, bench_nopdl, decode, ncu_decode) and writes
 #       logs under $OUT; prints a summary table last.
 set -uo pipefail
 
@@ -133,16 +133,6 @@ if want decode; then
     timeout 200 "$bin/soartune-bench" --only decode --kv bf16 --no-profile --gemv-variant "$v" \
       --weights ${DECODE_WEIGHTS:-bf16 int8 int4g128} --json "$OUT/decode_$v.jsonl" >"$OUT/decode_$v.txt" 2>&1
     note "decode, gemv_variant $v: rc=$? $(grep -E '^decode ' "$OUT/decode_$v.txt" | awk '{printf "%s b%s %s (graph %s); ", $2, $4, $6, $NF}')"
-  done
-fi
-
-# The same decode with the direct GEMV's L2 prefetch (SOARTUNE_GEMV_L2_PREFETCH bytes a row, kernels/gemv.cu) at
-# each of PREFETCH_BYTES, side by side in one call.
-if want prefetch; then
-  for pf in ${PREFETCH_BYTES:-0 2048 8192}; do
-    SOARTUNE_GEMV_L2_PREFETCH=$pf timeout 200 "$bin/soartune-bench" --only decode --kv bf16 --no-profile \
-      --weights ${DECODE_WEIGHTS:-bf16 int8 int4g128} --json "$OUT/decode_pf$pf.jsonl" >"$OUT/decode_pf$pf.txt" 2>&1
-    note "decode, L2 prefetch $pf B a row: rc=$? $(grep -E '^decode ' "$OUT/decode_pf$pf.txt" | awk '{printf "%s b%s %s (graph %s); ", $2, $4, $6, $NF}')"
   done
 fi
 
