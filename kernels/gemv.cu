@@ -98,6 +98,9 @@ struct KernelArgs {
   bool out_bf16;
   bool accumulate;
   bool swiglu;
+  const float* norm_residual;  // fused RMSNorm (pipelined form): x = bf16(residual * rstd * gamma)
+  const float* norm_gamma;
+  float norm_eps;
 };
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -251,11 +254,16 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
 // boundaries (the direct-load form above has a burst of loads a step and a wave of CTAs a tile), and the
 // grid has no tail wave. Consumers map chunks to mma k-slots as gemv_kernel does; a stage's rows sit
 // RB + 64 bytes apart, which puts the eight rows of a quarter-warp's 16-byte loads in distinct banks.
-constexpr size_t pipe_smem_bytes(int W, int S, int RB, int NT) {
+// Where x fits beside the stages, the consumers read it from shared memory, staged once a CTA ([batch][k]
+// bf16, rows 2k + 64 bytes apart), so its loads never wait on L1 / L2 inside the loop; a fused RMSNorm is
+// computed from the fp32 residual stream by that staging (and so needs the room). Else x comes from L1 / L2.
+__host__ __device__ constexpr size_t pipe_smem_bytes(int W, int S, int RB, int NT) {
   return size_t(S) * 16 * (RB + 64) + 2 * S * sizeof(uint64_t) + size_t(W) * 16 * (8 * NT + 1) * sizeof(float);
 }
+constexpr size_t kPipeSmemLimit = 227 * 1024;
+inline size_t pipe_x_bytes(int batch, int k) { return size_t(batch) * (size_t(k) * 2 + 64); }
 
-template <WeightFormat F, int W, int S, int RB, int NT>
+template <WeightFormat F, int W, int S, int RB, int NT, bool XS>
 __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const KernelArgs a) {
   constexpr int kPipeRowBytes = RB;
   constexpr int kPipeRowPitch = RB + 64;
@@ -310,6 +318,60 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
   }
 
   pdl_wait();  // consumers read x and write y
+  uint8_t* xs = smem + pipe_smem_bytes(W, S, RB, NT);
+  const int x_pitch = a.k * 2 + 64;
+  if constexpr (XS) {
+    const int ct = threadIdx.x, nct = W * 32;
+    float rstd[kGemvMaxNormBatch];
+    if (a.norm_residual) {  // rstd of each row, as rmsnorm_kernel computes it
+      float ss[kGemvMaxNormBatch];
+#pragma unroll
+      for (int b = 0; b < kGemvMaxNormBatch; ++b) ss[b] = 0.f;
+#pragma unroll
+      for (int b = 0; b < kGemvMaxNormBatch; ++b) {
+        if (b >= a.batch) break;
+        const float4* r = reinterpret_cast<const float4*>(a.norm_residual + b * a.x_stride);
+        for (int i = ct; i < a.k / 4; i += nct) {
+          const float4 v = r[i];
+          ss[b] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kGemvMaxNormBatch; ++b) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss[b] += __shfl_xor_sync(0xffffffffu, ss[b], o);
+        if (lane == 0) red[warp * kGemvMaxNormBatch + b] = ss[b];
+      }
+      named_barrier(1, nct);
+#pragma unroll
+      for (int b = 0; b < kGemvMaxNormBatch; ++b) {
+        float tot = 0.f;
+        for (int w = 0; w < W; ++w) tot += red[w * kGemvMaxNormBatch + b];
+        rstd[b] = rsqrtf(tot / float(a.k) + a.norm_eps);
+      }
+    }
+    for (int b = 0; b < a.batch; ++b) {
+      for (int i = ct; i < a.k / 8; i += nct) {
+        uint4 v;
+        if (a.norm_residual) {
+          const float4* r = reinterpret_cast<const float4*>(a.norm_residual + b * a.x_stride) + 2 * i;
+          const float4* gm = reinterpret_cast<const float4*>(a.norm_gamma) + 2 * i;
+          const float4 r0 = r[0], r1 = r[1], g0 = gm[0], g1 = gm[1];
+          float rs = 0.f;
+#pragma unroll
+          for (int bb = 0; bb < kGemvMaxNormBatch; ++bb) rs = bb == b ? rstd[bb] : rs;
+          v.x = bf16x2_bits(__floats2bfloat162_rn(r0.x * rs * g0.x, r0.y * rs * g0.y));
+          v.y = bf16x2_bits(__floats2bfloat162_rn(r0.z * rs * g0.z, r0.w * rs * g0.w));
+          v.z = bf16x2_bits(__floats2bfloat162_rn(r1.x * rs * g1.x, r1.y * rs * g1.y));
+          v.w = bf16x2_bits(__floats2bfloat162_rn(r1.z * rs * g1.z, r1.w * rs * g1.w));
+        } else {
+          v = __ldg(reinterpret_cast<const uint4*>(a.x + b * a.x_stride) + i);
+        }
+        *reinterpret_cast<uint4*>(xs + b * x_pitch + i * 16) = v;
+      }
+    }
+    named_barrier(1, nct);  // x is staged (and red is free again)
+  }
   float acc[NT][4];
   float sc[U][2], sc_next[U][2];
   // Scales of iteration `it` for this thread's chunks (rows g, g + 8), fetched one stage ahead.
@@ -369,10 +431,11 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
         const int b = nt * 8 + g;
         uint32_t xb[V / 2];
         if (cv && b < a.batch) {
-          const uint4* xp = reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V);
+          const uint4* xp = XS ? reinterpret_cast<const uint4*>(xs + b * x_pitch + c * V * 2)
+                               : reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V);
 #pragma unroll
           for (int i = 0; i < V / 8; ++i) {
-            const uint4 v = __ldg(xp + i);
+            const uint4 v = XS ? xp[i] : __ldg(xp + i);
             xb[4 * i] = v.x;
             xb[4 * i + 1] = v.y;
             xb[4 * i + 2] = v.z;
@@ -403,18 +466,19 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
 struct Variant {
   const char* name;
   int m_tiles, warps, unroll;
-  int stages;  // > 0: gemv_pipe_kernel with this many shared-memory stages
+  int stages;  // > 0: gemv_pipe_kernel with this many shared-memory stages ...
+  int row_kb;  // ... of 16 rows x this many KB
 };
 
 constexpr Variant kVariants[] = {
-    {"m1w8u2", 1, 8, 2, 0},
-    {"m1w8u4", 1, 8, 4, 0},
-    {"m2w8u2", 2, 8, 2, 0},
-    {"m2w4u4", 2, 4, 4, 0},
-    {"m1w16u2", 1, 16, 2, 0},
-    {"m1w8s3k4", 1, 8, 0, 3},    // 3 stages of 16 rows x 4 KB, 8 consumer warps
-    {"m1w16s4k2", 1, 16, 0, 4},  // 4 x 2 KB, 16 consumer warps
-    {"m1w16s8k1", 1, 16, 0, 8},  // 8 x 1 KB, 16 consumer warps
+    {"m1w8u2", 1, 8, 2, 0, 0},
+    {"m1w8u4", 1, 8, 4, 0, 0},
+    {"m2w8u2", 2, 8, 2, 0, 0},
+    {"m2w4u4", 2, 4, 4, 0, 0},
+    {"m1w16u2", 1, 16, 2, 0, 0},
+    {"m1w8s3k4", 1, 8, 0, 3, 4},    // 3 stages of 16 rows x 4 KB, 8 consumer warps
+    {"m1w16s4k2", 1, 16, 0, 4, 2},  // 4 x 2 KB, 16 consumer warps
+    {"m1w16s8k1", 1, 16, 0, 8, 1},  // 8 x 1 KB, 16 consumer warps
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -431,12 +495,20 @@ cudaError_t launch_nt(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t 
 
 template <WeightFormat F, int W, int S, int RB, int NT>
 cudaError_t launch_pipe_nt(const KernelArgs& ka, int grid, cudaStream_t stream) {
-  constexpr size_t smem = pipe_smem_bytes(W, S, RB, NT);
-  static_assert(smem <= 227 * 1024, "stages exceed shared memory");
-  static const cudaError_t attr = cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, RB, NT>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  static_assert(pipe_smem_bytes(W, S, RB, NT) < kPipeSmemLimit, "stages exceed shared memory");
+  const size_t base = pipe_smem_bytes(W, S, RB, NT), with_x = base + pipe_x_bytes(ka.batch, ka.k);
+  if (with_x <= kPipeSmemLimit) {  // x staged in shared memory (and a fused RMSNorm possible)
+    static const cudaError_t attr = cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, RB, NT, true>,
+                                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         int(kPipeSmemLimit));
+    if (attr != cudaSuccess) return attr;
+    return launch(gemv_pipe_kernel<F, W, S, RB, NT, true>, grid, (W + 1) * 32, with_x, stream, ka);
+  }
+  if (ka.norm_residual) return cudaErrorInvalidValue;  // can_implement says so first
+  static const cudaError_t attr = cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, RB, NT, false>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(base));
   if (attr != cudaSuccess) return attr;
-  return launch(gemv_pipe_kernel<F, W, S, RB, NT>, grid, (W + 1) * 32, smem, stream, ka);
+  return launch(gemv_pipe_kernel<F, W, S, RB, NT, false>, grid, (W + 1) * 32, base, stream, ka);
 }
 
 template <WeightFormat F, int W, int S, int RB>
@@ -477,6 +549,20 @@ int find_variant(const std::string& name) {
   for (int i = 0; i < kNumVariants; ++i)
     if (name == kVariants[i].name) return i;
   return -1;
+}
+
+// The pipelined variant a fused RMSNorm takes under "auto".
+constexpr const char* kNormVariant = "m1w16s4k2";
+
+size_t pipe_smem_bytes_of(const Variant& v, int n_tiles) {
+  return pipe_smem_bytes(v.warps, v.stages, v.row_kb * 1024, n_tiles);
+}
+
+std::string pipelined_variants() {
+  std::string s;
+  for (const Variant& v : kVariants)
+    if (v.stages > 0) s += (s.empty() ? "" : ", ") + std::string(v.name);
+  return s;
 }
 
 // The current device's compute capability major and SM count (-1 / 0 without a device).
@@ -544,16 +630,34 @@ std::string gemv_can_implement(const GemvArgs& a, const std::string& variant) {
   if (a.w.k < v || a.w.k % v != 0)
     return "k: " + std::to_string(a.w.k) + " is not a positive multiple of " + std::to_string(v) + " for " +
            weight_format_name(a.w.format);
-  if (!a.w.w || !a.x || !a.y) return "pointers: w, x and y must be device pointers";
+  if (!a.w.w || !(a.x || a.norm_residual) || !a.y) return "pointers: w, x and y must be device pointers";
   if (a.accumulate && a.out_bf16) return "accumulate: only into an fp32 y (out_bf16 is set)";
   if (a.swiglu && (a.accumulate || !a.out_bf16))
     return "swiglu: writes bf16 silu(gate) * up; set out_bf16 and not accumulate";
   if (a.swiglu && a.w.n % 16 != 0)
     return "swiglu: n=" + std::to_string(a.w.n) + " must be a multiple of 16 (gate and up rows interleaved by 8)";
-  if ((reinterpret_cast<uintptr_t>(a.w.w) | reinterpret_cast<uintptr_t>(a.x)) % 16 != 0)
-    return "pointers: w and x must be 16-byte aligned";
+  if ((reinterpret_cast<uintptr_t>(a.w.w) | reinterpret_cast<uintptr_t>(a.x) |
+       reinterpret_cast<uintptr_t>(a.norm_residual) | reinterpret_cast<uintptr_t>(a.norm_gamma)) % 16 != 0)
+    return "pointers: w, x, norm_residual and norm_gamma must be 16-byte aligned";
   const int64_t xs = a.x_stride ? a.x_stride : a.w.k;
   if (xs % 8 != 0) return "x_stride: must be a multiple of 8 elements";
+  const bool pipelined = variant != "auto" && kVariants[find_variant(variant)].stages > 0;
+  if (a.norm_residual) {
+    if (!pipelined && variant != "auto")
+      return "gemv_variant: " + variant + " cannot fuse RMSNorm; the pipelined variants can (" + pipelined_variants() + ")";
+    if (a.batch > kGemvMaxNormBatch)
+      return "batch: " + std::to_string(a.batch) + " rows; a fused RMSNorm allows 1.." +
+             std::to_string(kGemvMaxNormBatch);
+    if (!a.norm_gamma) return "norm_gamma: a fused RMSNorm needs gamma";
+  }
+  if (a.norm_residual) {  // the fused RMSNorm is staged in shared memory beside the stages
+    const Variant& v = kVariants[pipelined ? find_variant(variant) : find_variant(kNormVariant)];
+    const size_t need = pipe_smem_bytes_of(v, (a.batch + 7) / 8) + pipe_x_bytes(a.batch, a.w.k);
+    if (need > kPipeSmemLimit)
+      return "norm_residual: " + std::string(v.name) + " stages the normalised rows in shared memory: batch " +
+             std::to_string(a.batch) + " x k " + std::to_string(a.w.k) + " needs " + std::to_string(need) +
+             " bytes of shared memory, over " + std::to_string(kPipeSmemLimit) + "; run RMSNorm separately";
+  }
   if (is_quantized(a.w.format)) {
     if (!a.w.scales) return "scales: quantised weights need a scale pointer";
     if (a.w.group <= 0 || a.w.k % a.w.group != 0 || a.w.group % v != 0)
@@ -585,6 +689,7 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // slower). At batch 8 it is slower (5.081 against 4.912), and so it is for int8 / int4 layers; for the
     // bf16 lm_head of an int8 / int4 model it made no difference (run 26).
     if (a.batch == 1 && !is_quantized(a.w.format) && device_major() >= 9) p.variant = find_variant("m1w16s4k2");
+    if (a.norm_residual) p.variant = find_variant(kNormVariant);  // only the pipelined form fuses it
   } else {
     p.variant = find_variant(variant);
   }
@@ -601,6 +706,7 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
       return "gemv_variant: " + std::string(v.name) + " needs sm_90 or newer (TMA bulk copies); allowed here: " +
              "m1w8u2, m1w8u4, m2w8u2, m2w4u4, m1w16u2";
     p.threads = (v.warps + 1) * 32;  // and the producer warp
+    p.pipelined = true;
     p.grid = p.grid < sms ? p.grid : sms;
   }
   *plan = p;
@@ -622,6 +728,9 @@ cudaError_t gemv_run(const GemvArgs& a, const GemvPlan& p, cudaStream_t stream) 
   ka.out_bf16 = a.out_bf16;
   ka.accumulate = a.accumulate;
   ka.swiglu = a.swiglu;
+  ka.norm_residual = a.norm_residual;
+  ka.norm_gamma = a.norm_gamma;
+  ka.norm_eps = a.norm_eps;
   switch (a.w.format) {
     case WeightFormat::kBf16: return launch_format<WeightFormat::kBf16>(ka, p, stream);
     case WeightFormat::kFp16: return launch_format<WeightFormat::kFp16>(ka, p, stream);

@@ -46,7 +46,15 @@ struct GemvArgs {
   // [batch][n / 2] = silu(gate) * up, gate and up rounded to bf16 first (as the unfused path rounds them).
   // Needs out_bf16, no accumulate, n % 16 == 0; y_stride 0 = n / 2.
   bool swiglu = false;
+  // Fused RMSNorm (pipelined variants only, batch <= kGemvMaxNormBatch): x is not read; the CTA stages
+  // x[b] = bf16(norm_residual[b] / sqrt(mean(norm_residual[b]^2) + norm_eps) * norm_gamma) itself, as
+  // rmsnorm_residual_run would write it. norm_residual fp32 [batch][k] (row stride x_stride), norm_gamma fp32 [k].
+  const float* norm_residual = nullptr;
+  const float* norm_gamma = nullptr;
+  float norm_eps = 1e-5f;
 };
+
+inline constexpr int kGemvMaxNormBatch = 4;
 
 // Reorders the rows of a fused gate|up weight ([2f][row_bytes], gate rows first) and its per-row scales
 // ([2f][scales_per_row], may be empty) into the SwiGLU epilogue's interleaved order, in place. f % 8 == 0.
@@ -58,6 +66,7 @@ struct GemvPlan {
   int n_tiles = 1;           // ceil(batch / 8)
   int grid = 0;              // CTAs
   int threads = 0;
+  bool pipelined = false;    // the TMA-staged form (it can fuse an RMSNorm, GemvArgs::norm_residual)
 };
 
 // The closed set of variant names, in dispatch-table order.

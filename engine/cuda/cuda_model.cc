@@ -436,23 +436,44 @@ Status CudaModel::capture_graph(int batch) {
 
 // ---- the step ----
 
+bool CudaModel::norm_fusable(const kn::DeviceLinear& w, int rows) const {
+  if (rows > kn::kGemvMaxNormBatch) return false;
+  kn::GemvArgs g;
+  g.w = w;
+  g.x = xn_;
+  g.y = wide_;
+  g.batch = rows;
+  g.out_bf16 = true;
+  kn::GemvPlan plan;
+  if (!kn::gemv_plan(g, opt_.gemv_variant, &plan).empty() || !plan.pipelined) return false;
+  g.x = nullptr;
+  g.norm_residual = residual_;
+  g.norm_gamma = final_norm_;  // any gamma: the check is of shapes and shared memory
+  return kn::gemv_plan(g, opt_.gemv_variant, &plan).empty();
+}
+
 Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16,
-                         bool accumulate, bool swiglu) {
+                         bool accumulate, bool swiglu, const float* norm_gamma) {
   if (rows <= kn::kGemvMaxBatch) {
     kn::GemvArgs g;
     g.w = w;
-    g.x = x;
+    g.x = norm_gamma ? nullptr : x;
     g.y = y;
     g.batch = rows;
     g.out_bf16 = out_bf16;
     g.accumulate = accumulate;
     g.swiglu = swiglu;
+    if (norm_gamma) {
+      g.norm_residual = residual_;
+      g.norm_gamma = norm_gamma;
+      g.norm_eps = cfg_.rms_eps;
+    }
     kn::GemvPlan plan;
     SOARTUNE_KERNEL_TRY(kn::gemv_plan(g, opt_.gemv_variant, &plan));
     SOARTUNE_CUDA_TRY(kn::gemv_run(g, plan, stream_));
     return Status::Ok();
   }
-  if (swiglu) return Status::Internal("linear: the SwiGLU epilogue is the GEMV's (rows <= 32)");
+  if (swiglu || norm_gamma) return Status::Internal("linear: the SwiGLU and RMSNorm fusions are the GEMV's (rows <= 32)");
   SOARTUNE_KERNEL_TRY(kn::gemm_run(gemm_, w, x, w.k, y, w.n, rows, stream_, out_bf16, accumulate));
   return Status::Ok();
 }
@@ -472,10 +493,15 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     na.rows = T;
     na.d = c.hidden;
     na.eps = c.rms_eps;
-    SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
-    mark("rmsnorm");
+    // A pipelined GEMV stages the normalised rows itself (no RMSNorm kernel, no round trip through xn_).
+    const bool fuse_attn_norm = norm_fusable(L.qkv, T);
+    if (!fuse_attn_norm) {
+      SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
+      mark("rmsnorm");
+    }
     // q|k|v in bf16, as a 16-bit reference model rounds them: RoPE reads half the bytes.
-    SOARTUNE_STATUS_TRY(linear(L.qkv, xn_, wide_, T, /*out_bf16=*/true));
+    SOARTUNE_STATUS_TRY(linear(L.qkv, xn_, wide_, T, /*out_bf16=*/true, false, false,
+                               fuse_attn_norm ? L.attn_norm : nullptr));
     mark("linear_qkv");
     kn::RopeKvArgs ra;
     ra.qkv = wide_;
@@ -542,17 +568,21 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     SOARTUNE_STATUS_TRY(linear(L.o, attn_, residual_, T, false, /*accumulate=*/true));
     mark("linear_o");
     na.gamma = L.mlp_norm;
-    SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
-    mark("rmsnorm");
+    const bool fuse_mlp_norm = norm_fusable(L.gate_up, T);
+    if (!fuse_mlp_norm) {
+      SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
+      mark("rmsnorm");
+    }
+    const float* mlp_gamma = fuse_mlp_norm ? L.mlp_norm : nullptr;
     // gate|up in bf16, as a 16-bit reference model rounds it: SwiGLU reads half the bytes. Decode steps
     // (GEMV rows) with the interleaved layout apply SwiGLU in the GEMV's epilogue: no kernel, no round trip.
     const void* down_x = xn_;
     if (L.gate_up_interleaved && T <= kn::kGemvMaxBatch) {
-      SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, /*swiglu=*/true));
+      SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, /*swiglu=*/true, mlp_gamma));
       mark("linear_gate_up");
       down_x = wide_;
     } else {
-      SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true));
+      SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, false, mlp_gamma));
       mark("linear_gate_up");
       SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_, /*gate_up_bf16=*/true,
                                        L.gate_up_interleaved));

@@ -114,8 +114,11 @@ class CudaModel {
   // y = x W^T: fp32, or bf16 when out_bf16 (qkv and gate|up, read only by RoPE and SwiGLU); accumulate:
   // y += x W^T (o and down add themselves into the fp32 residual stream).
   // swiglu: w is an interleaved gate|up and y = bf16 silu(gate) * up [rows][n / 2] (GEMV rows only).
+  // norm_gamma: x is ignored and the GEMV applies RMSNorm(residual_) * norm_gamma itself (norm_fusable()).
   Status linear(const kernels::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16 = false,
-                bool accumulate = false, bool swiglu = false);
+                bool accumulate = false, bool swiglu = false, const float* norm_gamma = nullptr);
+  // Whether the GEMV of `rows` rows of w runs the pipelined form, which stages RMSNorm(residual_) itself.
+  bool norm_fusable(const kernels::DeviceLinear& w, int rows) const;
   Status run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out);
   Status capture_graph(int batch);
   Status copy_inputs(const Step& step, bool decode_only, int* max_q_len, int* max_seq_len);

@@ -2,6 +2,7 @@
 // inputs, outputs poisoned before each run and the rows past the output checked untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -186,7 +187,7 @@ TEST(Gemv, PipelinedVariantsStreamManyTilesPerCta) {
         a.y = dy.p;
         a.batch = batch;
         GemvPlan plan;
-        ASSERT_EQ(gemv_plan(a, v, &plan), "");
+        ASSERT_EQ(gemv_plan(a, v, &plan), "");  // x in shared memory at batch 1 and 8, from L1 / L2 at 20
         dy.poison();
         KT_CUDA(gemv_run(a, plan, nullptr));
         KT_CUDA(cudaDeviceSynchronize());
@@ -278,6 +279,77 @@ TEST(Gemv, SwigluEpilogueMatchesTheTwin) {
   EXPECT_NE(gemv_can_implement(a, "auto").find("swiglu"), std::string::npos) << "needs out_bf16";
   a.out_bf16 = true;
   EXPECT_NE(gemv_can_implement(a, "auto").find("multiple of 16"), std::string::npos);
+}
+
+// The pipelined variants stage RMSNorm(residual) * gamma themselves when asked: against the twin of the
+// unfused path (the normalised row rounded to bf16, then the GEMV).
+TEST(Gemv, FusedRmsNormMatchesTheTwin) {
+  KT_SKIP_WITHOUT_GPU("GEMV kernels");
+  const uint64_t seed = test::new_seed();
+  std::printf("seed %llu\n", (unsigned long long)seed);
+  std::mt19937_64 rng(seed);
+  const int n = 2100, k = 1024;
+  const float eps = 1e-5f;
+  for (const Case& c : std::vector<Case>{{WeightFormat::kBf16, 0}, {WeightFormat::kInt4, 64}}) {
+    Weights w = make_weights(rng, c.format, n, k, c.group);
+    Dev dw(w.w.size()), ds(w.scales.size() * 4 + 16);
+    dw.upload(w.w);
+    if (!w.scales.empty()) ds.upload(w.scales);
+    std::uniform_real_distribution<float> ud(-3.f, 3.f), gd(0.5f, 1.5f);
+    std::vector<float> gamma(k);
+    for (float& e : gamma) e = gd(rng);
+    Dev dg(k * 4);
+    dg.upload(gamma);
+    for (int batch = 1; batch <= kGemvMaxNormBatch; ++batch) {
+      std::vector<float> res(size_t(batch) * k), xf(size_t(batch) * k);
+      for (float& e : res) e = ud(rng);
+      for (int b = 0; b < batch; ++b) {
+        double ss = 0;
+        for (int i = 0; i < k; ++i) ss += double(res[size_t(b) * k + i]) * res[size_t(b) * k + i];
+        const float inv = float(1.0 / std::sqrt(ss / k + eps));
+        for (int i = 0; i < k; ++i)
+          xf[size_t(b) * k + i] = bf16_to_f32(f32_to_bf16(res[size_t(b) * k + i] * inv * gamma[i]));
+      }
+      std::vector<float> ref(size_t(batch) * n);
+      linear_ref(w.host, xf.data(), batch, ref.data());
+      Dev dr(res.size() * 4), dy((size_t(batch) * n + 64) * 4);
+      dr.upload(res);
+      std::vector<std::string> variants = {"auto"};
+      for (const std::string& v : gemv_variant_names())
+        if (v.find('s') != std::string::npos) variants.push_back(v);
+      for (const std::string& v : variants) {
+        GemvArgs a;
+        a.w = {c.format, n, k, c.group, dw.p, w.scales.empty() ? nullptr : ds.as<float>()};
+        a.y = dy.p;
+        a.batch = batch;
+        a.norm_residual = dr.as<float>();
+        a.norm_gamma = dg.as<float>();
+        a.norm_eps = eps;
+        GemvPlan plan;
+        ASSERT_EQ(gemv_plan(a, v, &plan), "") << v;
+        EXPECT_TRUE(plan.pipelined) << v;
+        dy.poison();
+        KT_CUDA(gemv_run(a, plan, nullptr));
+        KT_CUDA(cudaDeviceSynchronize());
+        auto raw = dy.download<float>(size_t(batch) * n + 64);
+        std::vector<float> out(raw.begin(), raw.begin() + ref.size());
+        for (size_t i = out.size(); i < raw.size(); ++i) ASSERT_TRUE(std::isnan(raw[i])) << "wrote past the output";
+        // The device sums the squares in fp32 (the twin in double): a normalised value on a bf16 rounding
+        // boundary may round the other way, one ulp of one x.
+        EXPECT_LT(test::normalized_error(out, ref), std::max(bound_for(c.format), 1e-3))
+            << weight_format_name(c.format) << " batch " << batch << " variant " << v;
+      }
+    }
+  }
+  GemvArgs a;
+  a.w = {WeightFormat::kBf16, 64, 64, 0, reinterpret_cast<void*>(256), nullptr};
+  a.y = reinterpret_cast<void*>(256);
+  a.norm_residual = reinterpret_cast<const float*>(256);
+  a.norm_gamma = reinterpret_cast<const float*>(256);
+  a.batch = 1;
+  EXPECT_NE(gemv_can_implement(a, "m1w8u2").find("cannot fuse RMSNorm"), std::string::npos);
+  a.batch = kGemvMaxNormBatch + 1;
+  EXPECT_NE(gemv_can_implement(a, "auto").find("batch"), std::string::npos);
 }
 
 }  // namespace
