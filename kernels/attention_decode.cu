@@ -538,17 +538,30 @@ template <int D>
 __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
   pdl_wait();
   pdl_launch_dependents();
+  // The splits' log-sum-exps in one round trip (a thread each), then each thread's partial outputs eight
+  // loads at a time: the merge is a few L2 latencies, not one a split (4.7 us at 16 splits before, run 23).
+  __shared__ float lse_s[kMaxSplits];
   const DecodeAttentionArgs& a = p.a;
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const int64_t row = (int64_t(b) * a.n_heads + h) * p.splits;
+  for (int s = d; s < p.splits; s += D) lse_s[s] = p.part_lse[row + s];
+  __syncthreads();
   float m = -INFINITY;
-  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, p.part_lse[row + s]);
+  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, lse_s[s]);
   float num = 0.f, den = 0.f;
   if (m != -INFINITY) {
-    for (int s = 0; s < p.splits; ++s) {
-      const float w = exp2f(p.part_lse[row + s] - m);
-      num += w * p.part_o[(row + s) * D + d];
-      den += w;
+    const float* po = p.part_o + row * D + d;
+    for (int s0 = 0; s0 < p.splits; s0 += 8) {
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = s0 + j < p.splits ? po[int64_t(s0 + j) * D] : 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (s0 + j >= p.splits) break;
+        const float w = exp2f(lse_s[s0 + j] - m);  // 0 for a split that saw no token
+        num += w * v[j];
+        den += w;
+      }
     }
   }
   const int64_t out_stride = a.out_stride ? a.out_stride : int64_t(a.n_heads) * D;
