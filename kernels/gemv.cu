@@ -250,9 +250,9 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
 // (rows are contiguous, so a tile is one block of memory), and a producer warp streams each tile through
 // S shared-memory stages of 16 rows x RB bytes with TMA bulk copies (one a row, issued by one lane each), S
 // stages ahead of W consumer warps.
-// Bytes in flight stay at S x 16 KB an SM through the consumers' mma work, their reductions and the tile
-// boundaries (the direct-load form above has a burst of loads a step and a wave of CTAs a tile), and the
-// grid has no tail wave. Consumers map chunks to mma k-slots as gemv_kernel does; a stage's rows sit
+// Bytes in flight stay at S x 16 x RB an SM through the consumers' mma work, their reductions and the tile
+// boundaries (the direct-load form above has a burst of loads a step and a wave of CTAs a tile), the grid has
+// no tail wave, and the producer, which never waits for PDL, fills its stages while the previous kernel drains. Consumers map chunks to mma k-slots as gemv_kernel does; a stage's rows sit
 // RB + 64 bytes apart, which puts the eight rows of a quarter-warp's 16-byte loads in distinct banks.
 // Where x fits beside the stages, the consumers read it from shared memory, staged once a CTA ([batch][k]
 // bf16, rows 2k + 64 bytes apart), so its loads never wait on L1 / L2 inside the loop; a fused RMSNorm is
