@@ -79,6 +79,14 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
 #endif
 }
 
+// Asks the TMA unit to bring global[src, src + bytes) into L2 (a hint: no completion, no register).
+// src and bytes are multiples of 16.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
 // Named barrier over `threads` threads (a multiple of 32) of the CTA; id 0 is __syncthreads'.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

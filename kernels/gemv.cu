@@ -302,6 +302,8 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
 
   if (warp == W) {  // producer: weights only (no kernel writes them), so no PDL wait
     const uint64_t policy = l2_evict_first_policy();
+    // Scale rows start 16-byte aligned when groups_per_row % 4 == 0; prefetched whole (else not at all).
+    const uint32_t scale_row_bytes = kQuant && groups_per_row % 4 == 0 ? uint32_t(groups_per_row) * 4 : 0;
     for (int it = 0; it < total; ++it) {
       const int tile = int(blockIdx.x) + (it / spt) * int(gridDim.x), st = it % spt;
       const int s = it % S, use = it / S;
@@ -310,6 +312,10 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
       const uint32_t bytes = uint32_t(row_bytes - off < kPipeRowBytes ? row_bytes - off : kPipeRowBytes);
       const int rows = a.n - tile * 16 < 16 ? a.n - tile * 16 : 16;
       if (lane == 0) mbar_arrive_expect_tx(&full[s], bytes * rows);
+      // A tile's scale rows into L2 with its first stage, S stages before the consumers read them (from
+      // global, one stage ahead: too late for DRAM, in time for L2).
+      if (kQuant && st == 0 && lane < rows && scale_row_bytes > 0)
+        bulk_prefetch_l2(a.scales + (int64_t(tile) * 16 + lane) * groups_per_row, scale_row_bytes);
       if (lane < rows)
         bulk_copy_g2s(smem + s * kPipeStageBytes + lane * kPipeRowPitch,
                       a.w + (int64_t(tile) * 16 + lane) * row_bytes + off, bytes, &full[s], policy);
