@@ -485,6 +485,8 @@ constexpr Variant kVariants[] = {
     {"m1w8s3k4", 1, 8, 0, 3, 4},    // 3 stages of 16 rows x 4 KB, 8 consumer warps
     {"m1w16s4k2", 1, 16, 0, 4, 2},  // 4 x 2 KB, 16 consumer warps
     {"m1w16s8k1", 1, 16, 0, 8, 1},  // 8 x 1 KB, 16 consumer warps
+    {"m1w16s6k2", 1, 16, 0, 6, 2},  // 6 x 2 KB, 16 consumer warps (batch <= 24: the reduction buffer of 32
+                                    // batch columns does not fit beside 192 KB of stages)
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -501,8 +503,8 @@ cudaError_t launch_nt(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t 
 
 template <WeightFormat F, int W, int S, int RB, int NT>
 cudaError_t launch_pipe_nt(const KernelArgs& ka, int grid, cudaStream_t stream) {
-  static_assert(pipe_smem_bytes(W, S, RB, NT) < kPipeSmemLimit, "stages exceed shared memory");
   const size_t base = pipe_smem_bytes(W, S, RB, NT), with_x = base + pipe_x_bytes(ka.batch, ka.k);
+  if (base > kPipeSmemLimit) return cudaErrorInvalidValue;  // can_implement says so first
   if (with_x <= kPipeSmemLimit) {  // x staged in shared memory (and a fused RMSNorm possible)
     static const cudaError_t attr = cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, RB, NT, true>,
                                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -534,6 +536,7 @@ cudaError_t launch_format(const KernelArgs& ka, const GemvPlan& p, cudaStream_t 
     case 5: return launch_pipe<F, 8, 3, 4096>(ka, p.n_tiles, p.grid, stream);
     case 6: return launch_pipe<F, 16, 4, 2048>(ka, p.n_tiles, p.grid, stream);
     case 7: return launch_pipe<F, 16, 8, 1024>(ka, p.n_tiles, p.grid, stream);
+    case 8: return launch_pipe<F, 16, 6, 2048>(ka, p.n_tiles, p.grid, stream);
     case 0: return launch_nt<F, 1, 8, 2>(ka, p.n_tiles, p.grid, stream);
     case 1: return launch_nt<F, 1, 8, 4>(ka, p.n_tiles, p.grid, stream);
     case 2: return launch_nt<F, 2, 8, 2>(ka, p.n_tiles, p.grid, stream);
@@ -562,6 +565,10 @@ constexpr const char* kNormVariant = "m1w16s4k2";
 
 size_t pipe_smem_bytes_of(const Variant& v, int n_tiles) {
   return pipe_smem_bytes(v.warps, v.stages, v.row_kb * 1024, n_tiles);
+}
+
+bool pipe_fits_with_x(const Variant& v, const GemvArgs& a) {
+  return pipe_smem_bytes_of(v, (a.batch + 7) / 8) + pipe_x_bytes(a.batch, a.w.k) <= kPipeSmemLimit;
 }
 
 std::string pipelined_variants() {
@@ -656,6 +663,18 @@ std::string gemv_can_implement(const GemvArgs& a, const std::string& variant) {
              std::to_string(kGemvMaxNormBatch);
     if (!a.norm_gamma) return "norm_gamma: a fused RMSNorm needs gamma";
   }
+  if (pipelined) {
+    const Variant& v = kVariants[find_variant(variant)];
+    const size_t base = pipe_smem_bytes_of(v, (a.batch + 7) / 8);
+    if (base > kPipeSmemLimit) {
+      int most = 0;
+      for (int nt = 1; nt <= 4; ++nt)
+        if (pipe_smem_bytes_of(v, nt) <= kPipeSmemLimit) most = 8 * nt;
+      return "batch: " + std::to_string(a.batch) + " rows; " + v.name + "'s stages and reduction need " +
+             std::to_string(base) + " bytes of shared memory, over " + std::to_string(kPipeSmemLimit) +
+             "; it allows batch 1.." + std::to_string(most);
+    }
+  }
   if (a.norm_residual) {  // the fused RMSNorm is staged in shared memory beside the stages
     const Variant& v = kVariants[pipelined ? find_variant(variant) : find_variant(kNormVariant)];
     const size_t need = pipe_smem_bytes_of(v, (a.batch + 7) / 8) + pipe_x_bytes(a.batch, a.w.k);
@@ -696,6 +715,9 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // bf16 lm_head of an int8 / int4 model it made no difference (run 26).
     if (a.batch == 1 && !is_quantized(a.w.format) && device_major() >= 9) p.variant = find_variant("m1w16s4k2");
     if (a.norm_residual) p.variant = find_variant(kNormVariant);  // only the pipelined form fuses it
+    // Six stages where x still fits beside them in shared memory (run 33), four where it does not.
+    if (kVariants[p.variant].stages > 0 && pipe_fits_with_x(kVariants[find_variant("m1w16s6k2")], a))
+      p.variant = find_variant("m1w16s6k2");
   } else {
     p.variant = find_variant(variant);
   }
