@@ -70,6 +70,26 @@ __device__ __forceinline__ void dequant_chunk(const uint4& raw, float s, uint32_
   }
 }
 
+// One thread's mma B fragment: V / 8 16-byte loads of x (shared memory, or global through the read-only
+// path), kept as V / 2 bf16 pairs in chunk order.
+template <int V, bool kShared>
+__device__ __forceinline__ void load_x_fragment(const uint4* xp, uint32_t (&xb)[V / 2]) {
+#pragma unroll
+  for (int i = 0; i < V / 8; ++i) {
+    const uint4 v = kShared ? xp[i] : __ldg(xp + i);
+    xb[4 * i] = v.x;
+    xb[4 * i + 1] = v.y;
+    xb[4 * i + 2] = v.z;
+    xb[4 * i + 3] = v.w;
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void zero_fragment(uint32_t (&xb)[V / 2]) {
+#pragma unroll
+  for (int i = 0; i < V / 2; ++i) xb[i] = 0u;
+}
+
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -210,20 +230,10 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
       for (int nt = 0; nt < NT; ++nt) {
         const int b = nt * 8 + g;
         uint32_t xb[V / 2];
-        if (cv && b < a.batch) {
-          const uint4* xp = reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V);
-#pragma unroll
-          for (int i = 0; i < V / 8; ++i) {
-            const uint4 v = __ldg(xp + i);
-            xb[4 * i] = v.x;
-            xb[4 * i + 1] = v.y;
-            xb[4 * i + 2] = v.z;
-            xb[4 * i + 3] = v.w;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < V / 2; ++i) xb[i] = 0u;
-        }
+        if (cv && b < a.batch)
+          load_x_fragment<V, false>(reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V), xb);
+        else
+          zero_fragment<V>(xb);
 #pragma unroll
         for (int mt = 0; mt < M; ++mt)
 #pragma unroll
@@ -436,21 +446,12 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
       for (int nt = 0; nt < NT; ++nt) {
         const int b = nt * 8 + g;
         uint32_t xb[V / 2];
-        if (cv && b < a.batch) {
-          const uint4* xp = XS ? reinterpret_cast<const uint4*>(xs + b * x_pitch + c * V * 2)
-                               : reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V);
-#pragma unroll
-          for (int i = 0; i < V / 8; ++i) {
-            const uint4 v = XS ? xp[i] : __ldg(xp + i);
-            xb[4 * i] = v.x;
-            xb[4 * i + 1] = v.y;
-            xb[4 * i + 2] = v.z;
-            xb[4 * i + 3] = v.w;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < V / 2; ++i) xb[i] = 0u;
-        }
+        if (cv && b < a.batch)
+          load_x_fragment<V, XS>(XS ? reinterpret_cast<const uint4*>(xs + b * x_pitch + c * V * 2)
+                                    : reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V),
+                                 xb);
+        else
+          zero_fragment<V>(xb);
 #pragma unroll
         for (int m = 0; m < V / 4; ++m)
           mma_bf16_16816(acc[nt], pa[0][2 * m], pa[1][2 * m], pa[0][2 * m + 1], pa[1][2 * m + 1], xb[2 * m],
