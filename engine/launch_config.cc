@@ -90,6 +90,7 @@ Result<LaunchConfig> LaunchConfig::parse(const YAML::Node& launch, const YAML::N
       {"weight_group_size", [&](auto& n, auto& f) { return int_choice(n, f, {0, 32, 64, 128, 256}, &c.weight_group_size); }},
       {"attn_weight_bits", [&](auto& n, auto& f) { return int_choice(n, f, {0, 16, 8, 4}, &c.attn_weight_bits); }},
       {"edge_layers_bits", [&](auto& n, auto& f) { return int_choice(n, f, {0, 16, 8, 4}, &c.edge_layers_bits); }},
+      {"lm_head_bits", [&](auto& n, auto& f) { return int_choice(n, f, {16, 8, 4}, &c.lm_head_bits); }},
       {"kv_cache_dtype", [&](auto& n, auto& f) -> Status {
          const std::string s = n.IsScalar() ? n.Scalar() : scalar_text(n);
          for (KvDtype d : {KvDtype::kBF16, KvDtype::kFP16, KvDtype::kFP8E4M3, KvDtype::kFP8E5M2})
@@ -151,6 +152,7 @@ YAML::Node LaunchConfig::to_yaml() const {
   n["weight_group_size"] = weight_group_size;
   n["attn_weight_bits"] = attn_weight_bits;
   n["edge_layers_bits"] = edge_layers_bits;
+  n["lm_head_bits"] = lm_head_bits;
   n["kv_cache_dtype"] = kv_dtype_name(kv_cache_dtype);
   n["kv_page_size"] = kv_page_size;
   n["mem_fraction_pct"] = mem_fraction_pct;

@@ -36,6 +36,7 @@ struct LaunchConfig {
   int attn_weight_bits = 0;                    // 0, 16, 8, 4 (0 = same as weight_bits)
   int edge_layers_bits = 0;                    // 0, 16, 8, 4 (first and last decoder layer)
   std::map<int, LayerOverride> layer_overrides;
+  int lm_head_bits = 16;                       // 16, 8, 4 (group: weight_group_size); embeddings stay 16-bit
   // KV cache
   KvDtype kv_cache_dtype = KvDtype::kBF16;
   int kv_page_size = 16;                       // 8, 16, 32, 64, 128

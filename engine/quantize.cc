@@ -60,6 +60,7 @@ Status quantize_model(ModelWeights& w, const LaunchConfig& launch) {
     for (QuantizedLinear* p : {&l.w_gate, &l.w_up, &l.w_down})
       if (Status s = quantize_linear(*p, mb, launch.weight_group_size); !s.ok()) return s;
   }
+  if (Status s = quantize_linear(w.lm_head, launch.lm_head_bits, launch.weight_group_size); !s.ok()) return s;
   return Status::Ok();
 }
 

@@ -1,8 +1,8 @@
 // Weight quantisation as a transform of ModelWeights (gpt-fast style: the model code never sees bit widths).
 // Symmetric round-to-nearest: per group of `group_size` input elements of an output row (0: the whole row),
 // scale = max|w| / qmax with qmax = 2^(bits-1) - 1, q = clamp(round(w / scale), -qmax, qmax).
-// Bits per projection follow LaunchConfig::weight_bits_for (overrides, edge layers, attention bits);
-// embeddings and lm_head stay 16-bit.
+// Bits per projection follow LaunchConfig::weight_bits_for (overrides, edge layers, attention bits); the
+// lm_head takes lm_head_bits (16 by default; a tied lm_head is a copy, so the embeddings stay 16-bit).
 #pragma once
 
 #include "engine/launch_config.h"
@@ -11,8 +11,8 @@
 
 namespace soartune::engine {
 
-// Rewrites every decoder linear of `w` whose chosen bits are below 16. Fails (naming
-// launch.weight_group_size) when a group size does not divide a projection's input width.
+// Rewrites every decoder linear of `w` whose chosen bits are below 16, and the lm_head when lm_head_bits is.
+// Fails (naming launch.weight_group_size) when a group size does not divide a projection's input width.
 Status quantize_model(ModelWeights& w, const LaunchConfig& launch);
 
 // One linear from 16-bit to `bits` (8 or 4) with `group_size`; 16 leaves it as is.

@@ -51,7 +51,7 @@ struct ModelWeights {
   QuantizedLinear embed;           // [vocab][hidden], always 16-bit (rows gathered, never multiplied)
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;   // [hidden]
-  QuantizedLinear lm_head;         // [vocab][hidden], always 16-bit; a copy of embed when tied
+  QuantizedLinear lm_head;         // [vocab][hidden], 16-bit unless launch.lm_head_bits; a copy of embed when tied
 
   std::size_t storage_bytes() const;
 };

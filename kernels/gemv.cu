@@ -70,6 +70,34 @@ __device__ __forceinline__ void dequant_chunk(const uint4& raw, float s, uint32_
   }
 }
 
+// Quantised codes without their scale, for a step whose four chunks share one scale group (the scale is
+// applied to the step's fp32 partial sums instead, once a row, add_scaled): int8 as exact q (no multiply);
+// int4 as bf16 128 + u (u = q + 8; shift and one LOP3 a pair) less 136, exact (no multiply).
+template <WeightFormat F>
+__device__ __forceinline__ void dequant_chunk_raw(const uint4& raw, uint32_t (&p)[kValuesPerChunk<F> / 2]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (F == WeightFormat::kInt8) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t u = w[i] ^ 0x80808080u;
+      const float f0 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - 8388736.0f;
+      const float f1 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - 8388736.0f;
+      const float f2 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - 8388736.0f;
+      const float f3 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - 8388736.0f;
+      p[2 * i] = bf16x2_bits(__floats2bfloat162_rn(f0, f1));
+      p[2 * i + 1] = bf16x2_bits(__floats2bfloat162_rn(f2, f3));
+    }
+  } else if constexpr (F == WeightFormat::kInt4) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t v = ((w[j] >> (4 * i)) & 0x000F000Fu) | 0x43004300u;
+        p[4 * j + i] = bf16x2_bits(__hsub2(bits_bf16x2(v), bits_bf16x2(0x43084308u)));  // - 136: q, exact
+      }
+  }
+}
+
 // One thread's mma B fragment: V / 8 16-byte loads of x (shared memory, or global through the read-only
 // path), kept as V / 2 bf16 pairs in chunk order.
 template <int V, bool kShared>
@@ -99,6 +127,23 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// One step of a quad's four chunks into acc: pa0 / pa1 rows g / g + 8, xb batch column g (mma k-slots as
+// gemv_kernel describes).
+template <int V>
+__device__ __forceinline__ void mma_step(float (&acc)[4], const uint32_t (&pa0)[V / 2], const uint32_t (&pa1)[V / 2],
+                                         const uint32_t (&xb)[V / 2]) {
+#pragma unroll
+  for (int m = 0; m < V / 4; ++m) mma_bf16_16816(acc, pa0[2 * m], pa1[2 * m], pa0[2 * m + 1], pa1[2 * m + 1], xb[2 * m], xb[2 * m + 1]);
+}
+
+// acc += row scale * part: elements 0, 1 are row g (scale s0), 2, 3 row g + 8 (s1).
+__device__ __forceinline__ void add_scaled(float (&acc)[4], const float (&part)[4], float s0, float s1) {
+  acc[0] += s0 * part[0];
+  acc[1] += s0 * part[1];
+  acc[2] += s1 * part[2];
+  acc[3] += s1 * part[3];
+}
+
 // One warp's m16n8 accumulator tile into red[row][col] (row pitch P floats) at rows 0..15, cols 0..7.
 template <int P>
 __device__ __forceinline__ void stage_partials(float* red, const float (&acc)[4], int g, int t) {
@@ -114,6 +159,7 @@ struct KernelArgs {
   const __nv_bfloat16* x;
   void* y;
   int n, k, group, batch;
+  uint32_t group_magic;  // chunk c's scale group is __umulhi(2 c, group_magic) (group_of)
   int64_t x_stride, y_stride;
   bool out_bf16;
   bool accumulate;
@@ -122,6 +168,12 @@ struct KernelArgs {
   const float* norm_gamma;
   float norm_eps;
 };
+
+// c / chunks_per_group without a division: group_magic = ceil(2^32 / (2 chunks_per_group)), exact while
+// 2 c * 2 chunks_per_group < 2^32 (c < 2^15 chunks).
+__device__ __forceinline__ int group_of(const KernelArgs& a, int c) {
+  return int(__umulhi(uint32_t(2 * c), a.group_magic));
+}
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
@@ -164,7 +216,7 @@ __device__ __forceinline__ void store_rows(const KernelArgs& a, const float* red
 // Thread (g = lane / 4, t = lane % 4) of a warp loads, for its chunk c, rows g and g + 8 of each m-tile and
 // x[b = g of each batch tile][chunk c]. The mma k-slots 2t, 2t+1 (and 2t+8, 2t+9) of mma m hold the chunk's
 // pairs 2m (and 2m+1) in both A and B, so the warp's dot product runs over 4 chunks in a permuted k order.
-template <WeightFormat F, int M, int W, int U, int NT>
+template <WeightFormat F, int M, int W, int U, int NT, bool SA>
 __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
   // PDL: the first weight loads go out before the wait (no kernel writes weights); x is read and y written
   // only after it.
@@ -177,7 +229,6 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
   const int nchunks = a.k / V;
   const int64_t row_bytes = int64_t(nchunks) * 16;
   const int groups_per_row = kQuant ? a.k / a.group : 0;
-  const int chunks_per_group = kQuant ? a.group / V : 1;
 
   float acc[M][NT][4];
 #pragma unroll
@@ -208,7 +259,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
           const int r = rows[mt][h];
           if (cv && r < a.n) {
             wa[u][mt][h] = load_stream(a.w + r * row_bytes + int64_t(c) * 16);
-            sc[u][mt][h] = kQuant ? __ldg(a.scales + int64_t(r) * groups_per_row + c / chunks_per_group) : 1.f;
+            sc[u][mt][h] = kQuant ? __ldg(a.scales + int64_t(r) * groups_per_row + group_of(a, c)) : 1.f;
           } else {
             wa[u][mt][h] = make_uint4(0, 0, 0, 0);
             sc[u][mt][h] = 0.f;
@@ -225,7 +276,12 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
 #pragma unroll
       for (int mt = 0; mt < M; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) dequant_chunk<F>(wa[u][mt][h], sc[u][mt][h], pa[mt][h]);
+        for (int h = 0; h < 2; ++h) {
+          if constexpr (SA)
+            dequant_chunk_raw<F>(wa[u][mt][h], pa[mt][h]);
+          else
+            dequant_chunk<F>(wa[u][mt][h], sc[u][mt][h], pa[mt][h]);
+        }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int b = nt * 8 + g;
@@ -234,12 +290,17 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
           load_x_fragment<V, false>(reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V), xb);
         else
           zero_fragment<V>(xb);
+        if constexpr (SA) {
 #pragma unroll
-        for (int mt = 0; mt < M; ++mt)
+          for (int mt = 0; mt < M; ++mt) {
+            float part[4] = {0.f, 0.f, 0.f, 0.f};
+            mma_step<V>(part, pa[mt][0], pa[mt][1], xb);
+            add_scaled(acc[mt][nt], part, sc[u][mt][0], sc[u][mt][1]);
+          }
+        } else {
 #pragma unroll
-          for (int m = 0; m < V / 4; ++m)
-            mma_bf16_16816(acc[mt][nt], pa[mt][0][2 * m], pa[mt][1][2 * m], pa[mt][0][2 * m + 1],
-                           pa[mt][1][2 * m + 1], xb[2 * m], xb[2 * m + 1]);
+          for (int mt = 0; mt < M; ++mt) mma_step<V>(acc[mt][nt], pa[mt][0], pa[mt][1], xb);
+        }
       }
     }
   }
@@ -273,7 +334,7 @@ __host__ __device__ constexpr size_t pipe_smem_bytes(int W, int S, int RB, int N
 constexpr size_t kPipeSmemLimit = 227 * 1024;
 inline size_t pipe_x_bytes(int batch, int k) { return size_t(batch) * (size_t(k) * 2 + 64); }
 
-template <WeightFormat F, int W, int S, int RB, int NT, bool XS>
+template <WeightFormat F, int W, int S, int RB, int NT, bool XS, bool SA>
 __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const KernelArgs a) {
   constexpr int kPipeRowBytes = RB;
   constexpr int kPipeRowPitch = RB + 64;
@@ -299,7 +360,6 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
   const int my_tiles = (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
   const int total = my_tiles * spt;
   const int groups_per_row = kQuant ? a.k / a.group : 0;
-  const int chunks_per_group = kQuant ? a.group / V : 1;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < S; ++i) {
@@ -403,7 +463,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = tile * 16 + g + 8 * h;
-          out[u][h] = c < nchunks && r < a.n ? __ldg(a.scales + int64_t(r) * groups_per_row + c / chunks_per_group) : 0.f;
+          out[u][h] = c < nchunks && r < a.n ? __ldg(a.scales + int64_t(r) * groups_per_row + group_of(a, c)) : 0.f;
         }
       }
     }
@@ -441,7 +501,12 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
       }
       uint32_t pa[2][V / 2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) dequant_chunk<F>(wa[h], sc[u][h], pa[h]);
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (SA)
+          dequant_chunk_raw<F>(wa[h], pa[h]);
+        else
+          dequant_chunk<F>(wa[h], sc[u][h], pa[h]);
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int b = nt * 8 + g;
@@ -452,10 +517,13 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
                                  xb);
         else
           zero_fragment<V>(xb);
-#pragma unroll
-        for (int m = 0; m < V / 4; ++m)
-          mma_bf16_16816(acc[nt], pa[0][2 * m], pa[1][2 * m], pa[0][2 * m + 1], pa[1][2 * m + 1], xb[2 * m],
-                         xb[2 * m + 1]);
+        if constexpr (SA) {
+          float part[4] = {0.f, 0.f, 0.f, 0.f};
+          mma_step<V>(part, pa[0], pa[1], xb);
+          add_scaled(acc[nt], part, sc[u][0], sc[u][1]);
+        } else {
+          mma_step<V>(acc[nt], pa[0], pa[1], xb);
+        }
       }
     }
     __syncwarp();
@@ -491,33 +559,56 @@ constexpr Variant kVariants[] = {
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
+// Quantised layers whose scale groups span whole steps (four chunks of a quad, group % (4 * values a chunk)
+// == 0: int4 g128 / g256 / per row, int8 g64 and up) scale each step's fp32 partial sums once a row instead of
+// every weight: int4 one LOP3 a weight pair in place of shift, LOP3, HSUB2 and HMUL2.
+template <WeightFormat F>
+bool scale_after_mma(const KernelArgs& ka) {
+  return (F == WeightFormat::kInt8 || F == WeightFormat::kInt4) && ka.group % (4 * kValuesPerChunk<F>) == 0;
+}
+
+template <WeightFormat F, int M, int W, int U, int NT>
+cudaError_t launch_direct(const KernelArgs& ka, int grid, cudaStream_t stream) {
+  if constexpr (F == WeightFormat::kInt8 || F == WeightFormat::kInt4)
+    if (scale_after_mma<F>(ka)) return launch(gemv_kernel<F, M, W, U, NT, true>, grid, W * 32, 0, stream, ka);
+  return launch(gemv_kernel<F, M, W, U, NT, false>, grid, W * 32, 0, stream, ka);
+}
+
 template <WeightFormat F, int M, int W, int U>
 cudaError_t launch_nt(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t stream) {
   switch (n_tiles) {
-    case 1: return launch(gemv_kernel<F, M, W, U, 1>, grid, W * 32, 0, stream, ka);
-    case 2: return launch(gemv_kernel<F, M, W, U, 2>, grid, W * 32, 0, stream, ka);
-    case 3: return launch(gemv_kernel<F, M, W, U, 3>, grid, W * 32, 0, stream, ka);
-    case 4: return launch(gemv_kernel<F, M, W, U, 4>, grid, W * 32, 0, stream, ka);
+    case 1: return launch_direct<F, M, W, U, 1>(ka, grid, stream);
+    case 2: return launch_direct<F, M, W, U, 2>(ka, grid, stream);
+    case 3: return launch_direct<F, M, W, U, 3>(ka, grid, stream);
+    case 4: return launch_direct<F, M, W, U, 4>(ka, grid, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+template <WeightFormat F, int W, int S, int RB, int NT, bool XS, bool SA>
+cudaError_t launch_pipe_kernel(const KernelArgs& ka, int grid, size_t smem, cudaStream_t stream) {
+  static const cudaError_t attr = cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, RB, NT, XS, SA>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       int(XS ? kPipeSmemLimit : pipe_smem_bytes(W, S, RB, NT)));
+  if (attr != cudaSuccess) return attr;
+  return launch(gemv_pipe_kernel<F, W, S, RB, NT, XS, SA>, grid, (W + 1) * 32, smem, stream, ka);
+}
+
+template <WeightFormat F, int W, int S, int RB, int NT, bool XS>
+cudaError_t launch_pipe_sa(const KernelArgs& ka, int grid, size_t smem, cudaStream_t stream) {
+  if constexpr (F == WeightFormat::kInt8 || F == WeightFormat::kInt4)
+    if (scale_after_mma<F>(ka)) return launch_pipe_kernel<F, W, S, RB, NT, XS, true>(ka, grid, smem, stream);
+  return launch_pipe_kernel<F, W, S, RB, NT, XS, false>(ka, grid, smem, stream);
 }
 
 template <WeightFormat F, int W, int S, int RB, int NT>
 cudaError_t launch_pipe_nt(const KernelArgs& ka, int grid, cudaStream_t stream) {
   const size_t base = pipe_smem_bytes(W, S, RB, NT), with_x = base + pipe_x_bytes(ka.batch, ka.k);
   if (base > kPipeSmemLimit) return cudaErrorInvalidValue;  // can_implement says so first
-  if (with_x <= kPipeSmemLimit) {  // x staged in shared memory (and a fused RMSNorm possible)
-    static const cudaError_t attr = cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, RB, NT, true>,
-                                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         int(kPipeSmemLimit));
-    if (attr != cudaSuccess) return attr;
-    return launch(gemv_pipe_kernel<F, W, S, RB, NT, true>, grid, (W + 1) * 32, with_x, stream, ka);
-  }
+  if (with_x <= kPipeSmemLimit)  // x staged in shared memory (and a fused RMSNorm possible)
+    return launch_pipe_sa<F, W, S, RB, NT, true>(ka, grid, with_x, stream);
   if (ka.norm_residual) return cudaErrorInvalidValue;  // can_implement says so first
-  static const cudaError_t attr = cudaFuncSetAttribute(gemv_pipe_kernel<F, W, S, RB, NT, false>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(base));
-  if (attr != cudaSuccess) return attr;
-  return launch(gemv_pipe_kernel<F, W, S, RB, NT, false>, grid, (W + 1) * 32, base, stream, ka);
+  return launch_pipe_sa<F, W, S, RB, NT, false>(ka, grid, base, stream);
 }
 
 template <WeightFormat F, int W, int S, int RB>
@@ -641,6 +732,7 @@ std::string gemv_can_implement(const GemvArgs& a, const std::string& variant) {
     return "batch: " + std::to_string(a.batch) + " is not in 1.." + std::to_string(kGemvMaxBatch);
   const int v = values_per_chunk(a.w.format);
   if (a.w.n < 1) return "n: must be >= 1";
+  if (a.w.k > kGemvMaxK) return "k: " + std::to_string(a.w.k) + " is over " + std::to_string(kGemvMaxK);
   if (a.w.k < v || a.w.k % v != 0)
     return "k: " + std::to_string(a.w.k) + " is not a positive multiple of " + std::to_string(v) + " for " +
            weight_format_name(a.w.format);
@@ -752,6 +844,11 @@ cudaError_t gemv_run(const GemvArgs& a, const GemvPlan& p, cudaStream_t stream) 
   ka.n = a.w.n;
   ka.k = a.w.k;
   ka.group = a.w.group;
+  {
+    const int v = values_per_chunk(a.w.format);
+    const uint64_t d = is_quantized(a.w.format) ? uint64_t(2 * (a.w.group / v)) : 2;
+    ka.group_magic = uint32_t(((uint64_t(1) << 32) + d - 1) / d);
+  }
   ka.batch = a.batch;
   ka.x_stride = a.x_stride ? a.x_stride : a.w.k;
   ka.y_stride = a.y_stride ? a.y_stride : (a.swiglu ? a.w.n / 2 : a.w.n);

@@ -31,6 +31,7 @@
 namespace soartune::kernels {
 
 inline constexpr int kGemvMaxBatch = 32;
+inline constexpr int kGemvMaxK = 131072;  // input width (the scale-group index is exact below 2^18)
 
 struct GemvArgs {
   DeviceLinear w;

@@ -7,7 +7,7 @@
 #       model there for the whole-model test.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: timing, bench_nopdl, decode, ncu_decode) and writes
+#       tests sanitizer model bench peer e2e; also: timing, bench_nopdl, decode, ncu_decode, ncu_gemv, sass) and writes
 #       logs under $OUT; prints a summary table last.
 set -uo pipefail
 
@@ -155,6 +155,44 @@ if want ncu_decode; then
     done
   else
     note "ncu: not found"
+  fi
+fi
+
+# Why a decode GEMV runs at its rate (ncu sections: speed of light, occupancy, warp stalls, issue slots, pipe
+# use): NCU_GEMV_COUNT (default 4: qkv, o, gate|up, down of one layer) GEMV launches of the third decode step,
+# for NCU_WEIGHTS at NCU_BATCHES, each GEMV variant in NCU_GEMV (default auto). Environment passes through
+# (NCU_ENV, e.g. a kernel experiment's switch).
+if want ncu_gemv; then
+  if command -v ncu >/dev/null; then
+    for w in ${NCU_WEIGHTS:-int4g128}; do
+      for b in ${NCU_BATCHES:-1}; do
+        for v in ${NCU_GEMV:-auto}; do
+          f="$OUT/ncu_gemv_${w}_b${b}_${v}${NCU_TAG:-}"
+          env ${NCU_ENV:-} timeout 240 ncu --clock-control none --cache-control none --kernel-name-base demangled \
+            --kernel-name 'regex:gemv' --launch-skip $((2 * (4 * 32 + 1))) --launch-count "${NCU_GEMV_COUNT:-4}" \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
+            --csv --page details --print-units base "$bin/soartune-bench" --only decode --weights "$w" --kv bf16 \
+            --batches "$b" --reps 1 --no-profile --gemv-variant "$v" >"$f.csv" 2>"$f.err"
+          note "ncu gemv $w b$b $v ${NCU_ENV:-}: rc=$? ($(grep -c '"Duration"' "$f.csv") kernels)"
+        done
+      done
+    done
+  else
+    note "ncu: not found"
+  fi
+fi
+
+# SASS of the kernels whose mangled names contain SASS_FUN (cuobjdump of the device's toolkit), for instruction
+# counts where ncu says a kernel is issue-bound.
+if want sass; then
+  cuobj="$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)"
+  if [[ -n "$cuobj" ]]; then
+    "$cuobj" -sass "$bundle/lib/libsoartune_kernels_cuda.so" 2>&1 |
+      awk -v pat="${SASS_FUN:-gemv_kernel}" '/Function :/ {p = index($0, pat) > 0} p' >"$OUT/sass.txt"
+    note "sass: $(grep -c 'Function :' "$OUT/sass.txt") functions matching ${SASS_FUN:-gemv_kernel}"
+  else
+    note "cuobjdump: not found"
   fi
 fi
 

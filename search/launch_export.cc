@@ -120,11 +120,14 @@ Result<SglangMapping> sglang_mapping(const Config& launch) {
   const int64_t group = int_of(c, "weight_group_size");
   const int64_t attn_bits = int_of(c, "attn_weight_bits");
   const int64_t edge_bits = int_of(c, "edge_layers_bits");
-  const bool any_quantised = bits != 16 || (attn_bits != 0 && attn_bits != 16) || (edge_bits != 0 && edge_bits != 16);
+  const int64_t lm_bits = int_of(c, "lm_head_bits");
+  const bool any_quantised = bits != 16 || (attn_bits != 0 && attn_bits != 16) || (edge_bits != 0 && edge_bits != 16) ||
+                             lm_bits != 16;
   if (any_quantised) {
     add("--quantization", "gptq_marlin");
     m.notes.push_back("--quantization gptq_marlin needs a GPTQ checkpoint with " + std::to_string(bits) +
-                      "-bit linears (lm_head and embeddings 16-bit), group size " +
+                      "-bit linears (" + (lm_bits == 16 ? std::string("lm_head 16-bit") : "lm_head " + std::to_string(lm_bits) + "-bit") +
+                      ", embeddings 16-bit), group size " +
                       (group == 0 ? std::string("per output channel (-1)") : std::to_string(group)) +
                       ", desc_act false");
   }
@@ -135,6 +138,8 @@ Result<SglangMapping> sglang_mapping(const Config& launch) {
     unmapped("attn_weight_bits", "per-module bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')");
   if (edge_bits != 0)
     unmapped("edge_layers_bits", "per-layer bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')");
+  if (lm_bits != 16)
+    unmapped("lm_head_bits", "a quantised lm_head belongs in the checkpoint (GPTQ 'lm_head: true')");
 
   // KV cache.
   const std::string& kv = str_of(c, "kv_cache_dtype");

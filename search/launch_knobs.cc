@@ -50,6 +50,9 @@ std::vector<KnobSpec> build_catalogue() {
                          "bits of the attention projections q/k/v/o; 0 = same as weight_bits"));
   k.push_back(enumerated("edge_layers_bits", KnobType::kInt, ints({0, 16, 8, 4}), int64_t{0},
                          "bits of the first and last decoder layers; 0 = same as weight_bits"));
+  k.push_back(enumerated("lm_head_bits", KnobType::kInt, ints({16, 8, 4}), int64_t{16},
+                         "bits of the lm_head (output projection), groups of weight_group_size; the embeddings "
+                         "stay 16-bit"));
   k.push_back(enumerated("kv_cache_dtype", KnobType::kString, {S("bf16"), S("fp16"), S("fp8_e4m3"), S("fp8_e5m2")},
                          S("bf16"), "KV-cache storage dtype", "--kv-cache-dtype",
                          "bf16 / fp16 -> auto (the model dtype); fp8_e4m3, fp8_e5m2 as is"));

@@ -203,6 +203,7 @@ std::string knob_header(const std::string& knob) {
   static const std::map<std::string, std::string> kShort = {
       {"weight_bits", "wbits"},          {"weight_group_size", "group"},
       {"attn_weight_bits", "attn_bits"}, {"edge_layers_bits", "edge_bits"},
+      {"lm_head_bits", "lm_bits"},
       {"kv_cache_dtype", "kv"},          {"kv_page_size", "page"},
       {"mem_fraction_pct", "mem%"},      {"max_running_requests", "max_run"},
       {"max_prefill_tokens", "prefill"}, {"prefill_max_requests", "pf_reqs"},

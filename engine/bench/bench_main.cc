@@ -154,6 +154,7 @@ struct Format {
   std::string name;
   kn::WeightFormat format;
   int group;
+  kn::WeightFormat lm_head = kn::WeightFormat::kBf16;  // the lm_head_bits knob: bf16, int8 or int4 (same group)
 };
 
 // Device time per stage of one eager (graph-free) run of `step`, beside the timed forward.
@@ -252,7 +253,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> only_kv;
   bool no_profile = false;
   app.add_option("--kv", only_kv, "KV dtypes of the short-context decode with bf16 weights (default all)");
-  app.add_option("--weights", only_weights, "weight formats to run (default all: bf16 int8 int4g128 int4g64 int4g32)");
+  app.add_option("--weights", only_weights, "weight formats to run (default all: bf16 int8 int4g128 int4g64 int4g32 int4g128-lm8 int4g128-lm4)");
   app.add_option("--batches", only_batches, "decode batches to run (default 1 8)");
   app.add_flag("--no-profile", no_profile, "skip the eager per-stage profiles");
   std::string gemv_variant = "auto";
@@ -288,7 +289,9 @@ int main(int argc, char** argv) {
                                        {"int8", kn::WeightFormat::kInt8, 0},
                                        {"int4g128", kn::WeightFormat::kInt4, 128},
                                        {"int4g64", kn::WeightFormat::kInt4, 64},
-                                       {"int4g32", kn::WeightFormat::kInt4, 32}};
+                                       {"int4g32", kn::WeightFormat::kInt4, 32},
+                                       {"int4g128-lm8", kn::WeightFormat::kInt4, 128, kn::WeightFormat::kInt8},
+                                       {"int4g128-lm4", kn::WeightFormat::kInt4, 128, kn::WeightFormat::kInt4}};
   const int64_t d = cfg.hidden, f = cfg.intermediate, qkv = cfg.q_dim() + 2 * cfg.kv_dim();
   const int64_t linear_params = cfg.layers * (d * qkv + cfg.q_dim() * d + 2 * d * f + f * d);
   auto kv_bytes_per_token = [&](kn::KvCacheDtype t) {
@@ -297,7 +300,7 @@ int main(int argc, char** argv) {
 
   for (const std::string& w : only_weights) {
     if (std::none_of(formats.begin(), formats.end(), [&](const Format& f) { return f.name == w; })) {
-      std::fprintf(stderr, "--weights: %s is not one of bf16, int8, int4g128, int4g64, int4g32\n", w.c_str());
+      std::fprintf(stderr, "--weights: %s is not one of bf16, int8, int4g128, int4g64, int4g32, int4g128-lm8, int4g128-lm4\n", w.c_str());
       return 2;
     }
   }
@@ -331,7 +334,7 @@ int main(int argc, char** argv) {
         continue;
       auto m = std::make_unique<st::engine::cuda::CudaModel>();
       check(m->init(0), "init");
-      check(m->generate(cfg, {fm.format, fm.group, 1}), "generate");
+      check(m->generate(cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
       st::engine::cuda::CudaOptions o;
       o.kv_dtype = kv;
       o.max_sequences = 8;
@@ -384,7 +387,7 @@ int main(int argc, char** argv) {
           m.reset();
           m = std::make_unique<st::engine::cuda::CudaModel>();
           check(m->init(0), "init");
-          check(m->generate(cfg, {fm.format, fm.group, 1}), "generate");
+          check(m->generate(cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
           check(m->prepare(ov), "prepare variant");
           check(m->fill_kv_random(11), "fill kv");
           for (int b : batches) {
@@ -409,7 +412,7 @@ int main(int argc, char** argv) {
         if (splits != 0 && fm.name != "int4g128") continue;
         auto m = std::make_unique<st::engine::cuda::CudaModel>();
         check(m->init(0), "init");
-        check(m->generate(cfg, {fm.format, fm.group, 1}), "generate");
+        check(m->generate(cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
         st::engine::cuda::CudaOptions o;
         o.kv_dtype = kv;
         o.max_sequences = 8;

@@ -255,7 +255,7 @@ Status CudaModel::generate(const ModelConfig& c, const SyntheticSpec& spec) {
     SOARTUNE_STATUS_TRY(make_norm(&D.mlp_norm));
   }
   SOARTUNE_STATUS_TRY(make_norm(&final_norm_));
-  SOARTUNE_STATUS_TRY(make_linear(c.vocab, c.hidden, kn::WeightFormat::kBf16, 0, &lm_head_));
+  SOARTUNE_STATUS_TRY(make_linear(c.vocab, c.hidden, spec.lm_head_format, spec.group, &lm_head_));
   SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
   have_weights_ = true;
   return Status::Ok();

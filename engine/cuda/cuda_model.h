@@ -52,6 +52,7 @@ struct SyntheticSpec {
   kernels::WeightFormat format = kernels::WeightFormat::kBf16;
   int group = 128;                 // quantised formats; 0 = per output channel
   uint64_t seed = 1;
+  kernels::WeightFormat lm_head_format = kernels::WeightFormat::kBf16;  // bf16, int8 or int4 (groups of `group`)
 };
 
 struct CudaOptions {

@@ -21,13 +21,14 @@ TEST(LaunchConfig, DefaultsAreTheReference) {
 }
 
 TEST(LaunchConfig, ParsesEveryKnob) {
-  auto c = parse("{weight_bits: 4, weight_group_size: 32, attn_weight_bits: 8, edge_layers_bits: 16, kv_cache_dtype: fp8_e5m2,"
+  auto c = parse("{weight_bits: 4, weight_group_size: 32, attn_weight_bits: 8, edge_layers_bits: 16, lm_head_bits: 8, kv_cache_dtype: fp8_e5m2,"
                  " kv_page_size: 64, mem_fraction_pct: 90, max_running_requests: 8, max_prefill_tokens: 256,"
                  " prefill_max_requests: 2, gemv_variant: w4_t128, decode_kv_splits: 4, prefill_attn_block: 128,"
                  " cuda_graphs: false, cuda_graph_max_bs: 16}");
   ASSERT_TRUE(c.ok()) << c.status().message;
   const LaunchConfig& l = c.value();
   EXPECT_EQ(l.weight_group_size, 32);
+  EXPECT_EQ(l.lm_head_bits, 8);
   EXPECT_EQ(l.kv_cache_dtype, KvDtype::kFP8E5M2);
   EXPECT_EQ(l.gemv_variant, "w4_t128");
   EXPECT_FALSE(l.cuda_graphs);
@@ -35,6 +36,7 @@ TEST(LaunchConfig, ParsesEveryKnob) {
   auto again = LaunchConfig::parse(l.to_yaml(), YAML::Node());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again.value().decode_kv_splits, 4);
+  EXPECT_EQ(again.value().lm_head_bits, 8);
 }
 
 TEST(LaunchConfig, ErrorsNameTheFieldAndTheAllowedValues) {
@@ -43,6 +45,8 @@ TEST(LaunchConfig, ErrorsNameTheFieldAndTheAllowedValues) {
   EXPECT_EQ(c.status().message, "launch.kv_cache_dtype: fp9 is not one of bf16, fp16, fp8_e4m3, fp8_e5m2");
   c = parse("{weight_bits: 5}");
   EXPECT_EQ(c.status().message, "launch.weight_bits: 5 is not one of 16, 8, 4");
+  c = parse("{lm_head_bits: 2}");
+  EXPECT_EQ(c.status().message, "launch.lm_head_bits: 2 is not one of 16, 8, 4");
   c = parse("{max_running_requests: 0}");
   EXPECT_EQ(c.status().message, "launch.max_running_requests: 0 is not an integer in 1..1024");
   c = parse("{cuda_graphs: maybe}");

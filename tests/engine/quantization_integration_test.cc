@@ -70,6 +70,31 @@ TEST(Quantization, MoreBitsAndSmallerGroupsAgreeMore) {
   EXPECT_LT(w4g128, 90.0);
 }
 
+TEST(Quantization, LmHeadBitsQuantiseOnlyTheLmHead) {
+  SKIP_WITHOUT_TINY_MODEL();
+  auto w = load_model("hf:" + tiny_model_dir());
+  ASSERT_TRUE(w.ok()) << w.status().message;
+  LaunchConfig l = LaunchConfig::reference();
+  l.lm_head_bits = 8;
+  const std::size_t before = w.value().storage_bytes();
+  ASSERT_TRUE(quantize_model(w.value(), l).ok());
+  EXPECT_EQ(w.value().lm_head.bits, 8);
+  EXPECT_EQ(w.value().lm_head.group_size, l.weight_group_size);
+  EXPECT_EQ(w.value().embed.bits, 16);                 // a tied lm_head is a copy: the embeddings stay 16-bit
+  EXPECT_EQ(w.value().layers[0].wq.bits, 16);
+  EXPECT_NE(w.value().storage_bytes(), before);
+
+  const auto ref = top1(LaunchConfig::reference());
+  LaunchConfig l8 = LaunchConfig::reference(), l4 = LaunchConfig::reference();
+  l8.lm_head_bits = 8;
+  l4.lm_head_bits = 4;
+  const double a8 = agreement_pct(ref, top1(l8)), a4 = agreement_pct(ref, top1(l4));
+  std::printf("top-1 agreement with 16-bit: lm_head 8-bit %.2f%%, 4-bit g128 %.2f%%\n", a8, a4);
+  EXPECT_GT(a8, 96.0);
+  EXPECT_LT(a4, 100.0);  // the knob reaches the logits
+  EXPECT_GE(a8, a4);
+}
+
 TEST(Quantization, Fp8KvAgreesLessThan16BitKvButStaysClose) {
   SKIP_WITHOUT_TINY_MODEL();
   LaunchConfig exact;

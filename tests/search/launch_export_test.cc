@@ -80,6 +80,12 @@ TEST(LaunchExport, DisabledCudaGraphsAndFp16Kv) {
   EXPECT_EQ(flag_value(m.value(), "--kv-cache-dtype"), "auto");
   EXPECT_TRUE(has_flag(m.value(), "--quantization"));   // 8-bit attention projections need a quantised checkpoint
   EXPECT_TRUE(lists_unmapped(m.value(), "attn_weight_bits"));
+  Config lm = {{"lm_head_bits", int64_t{8}}};
+  auto ml = sglang_mapping(lm);
+  ASSERT_TRUE(ml.ok());
+  EXPECT_TRUE(has_flag(ml.value(), "--quantization"));  // an 8-bit lm_head needs a quantised checkpoint
+  EXPECT_TRUE(lists_unmapped(ml.value(), "lm_head_bits"));
+  EXPECT_FALSE(lists_unmapped(m.value(), "lm_head_bits"));
   Config e5 = {{"kv_cache_dtype", std::string("fp8_e5m2")}};
   EXPECT_EQ(flag_value(sglang_mapping(e5).value(), "--kv-cache-dtype"), "fp8_e5m2");
 }

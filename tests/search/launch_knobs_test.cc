@@ -14,12 +14,12 @@ TEST(LaunchKnobsTest, CatalogueHasEveryKnobOnceWithAnAllowedDefault) {
     EXPECT_TRUE(k.allows(k.default_value)) << k.name << " default " << to_text(k.default_value);
     EXPECT_FALSE(k.description.empty()) << k.name;
   }
-  for (const char* n : {"weight_bits", "weight_group_size", "attn_weight_bits", "edge_layers_bits", "kv_cache_dtype",
+  for (const char* n : {"weight_bits", "weight_group_size", "attn_weight_bits", "edge_layers_bits", "lm_head_bits", "kv_cache_dtype",
                         "kv_page_size", "mem_fraction_pct", "max_running_requests", "max_prefill_tokens",
                         "prefill_max_requests", "gemv_variant", "decode_kv_splits", "prefill_attn_block",
                         "cuda_graphs", "cuda_graph_max_bs"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 15u);
+  EXPECT_EQ(names.size(), 16u);
 }
 
 TEST(LaunchKnobsTest, DefaultsAreTheReferenceConfig) {
