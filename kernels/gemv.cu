@@ -25,6 +25,13 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return r;
 }
 
+// (x & mask) | bits in one LOP3: written out, as the compiler emits an AND and an OR for two immediates.
+__device__ __forceinline__ uint32_t and_or(uint32_t x, uint32_t mask, uint32_t bits) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(x), "r"(mask), "r"(bits));
+  return r;
+}
+
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 __device__ __forceinline__ __nv_bfloat162 bits_bf16x2(uint32_t u) {
   return *reinterpret_cast<__nv_bfloat162*>(&u);
@@ -63,7 +70,7 @@ __device__ __forceinline__ void dequant_chunk(const uint4& raw, float s, uint32_
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint32_t v = ((w[j] >> (4 * i)) & 0x000F000Fu) | 0x43004300u;
+        const uint32_t v = and_or(w[j] >> (4 * i), 0x000F000Fu, 0x43004300u);
         p[4 * j + i] = bf16x2_bits(__hmul2(__hsub2(bits_bf16x2(v), off), s2));
       }
     }
@@ -92,7 +99,7 @@ __device__ __forceinline__ void dequant_chunk_raw(const uint4& raw, uint32_t (&p
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint32_t v = ((w[j] >> (4 * i)) & 0x000F000Fu) | 0x43004300u;
+        const uint32_t v = and_or(w[j] >> (4 * i), 0x000F000Fu, 0x43004300u);
         p[4 * j + i] = bf16x2_bits(__hsub2(bits_bf16x2(v), bits_bf16x2(0x43084308u)));  // - 136: q, exact
       }
   }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything the CUDA area checks and measures on a lent GPU, in one call.
 #
-#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model]
+#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz]
 #       (on the build machine) copies the executables of BUILD_DIR (default build-cuda) and their non-system
 #       shared libraries into .device/ (ignored by git), stripped; --with-model also copies the shared tiny
-#       model there for the whole-model test.
+#       model there for the whole-model test (--with-model-gz as a gzip tarball, 37 instead of 46 MB, unpacked
+#       by `run`: the device call carries 64 MiB in all).
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
 #       tests sanitizer model bench peer e2e; also: timing, bench_nopdl, decode, ncu_decode, ncu_gemv, sass) and writes
@@ -22,6 +23,7 @@ if [[ "$mode" == "bundle" ]]; then
   for a in "$@"; do
     case "$a" in
       --with-model) with_model=1 ;;
+      --with-model-gz) with_model=2 ;;
       *) build="$a" ;;
     esac
   done
@@ -52,6 +54,8 @@ if [[ "$mode" == "bundle" ]]; then
   if [[ $with_model -eq 1 ]]; then
     mkdir -p "$bundle/shared/models"
     cp -r "$here/../shared/models/tiny-llama-bpe4k" "$bundle/shared/models/"
+  elif [[ $with_model -eq 2 ]]; then
+    tar cf - -C "$here/../shared/models" tiny-llama-bpe4k | gzip -1 >"$bundle/tiny-llama-bpe4k.tgz"
   fi
   cp "$here/scripts/torch_peer.py" "$bundle/" 2>/dev/null || true
   du -sh "$bundle" "$bundle"/* | sed 's/^/bundle: /'
@@ -61,6 +65,9 @@ fi
 # ---- run (on the GPU machine) ----
 OUT="${OUT:-/tmp/soartune-device-out}"
 mkdir -p "$OUT"
+if [[ -f "$bundle/tiny-llama-bpe4k.tgz" && ! -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
+  mkdir -p "$bundle/shared/models" && tar xzf "$bundle/tiny-llama-bpe4k.tgz" -C "$bundle/shared/models"
+fi
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(tests model bench peer sanitizer e2e)
 want() { local s; for s in "${steps[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
@@ -101,8 +108,9 @@ if want model; then
 fi
 
 if want bench; then
-  timeout 300 "$bin/soartune-bench" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
-  note "soartune-bench: rc=$?"
+  # BENCH_ONLY narrows it to one part (decode, prefill, long, variants), to fit a call's time.
+  timeout 300 "$bin/soartune-bench" --only "${BENCH_ONLY:-all}" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
+  note "soartune-bench --only ${BENCH_ONLY:-all}: rc=$?"
 fi
 
 # The same benchmark with programmatic dependent launch off (kernels/launch.cuh), for the side-by-side.
