@@ -37,6 +37,16 @@ __device__ __forceinline__ __nv_bfloat162 bits_bf16x2(uint32_t u) {
   return *reinterpret_cast<__nv_bfloat162*>(&u);
 }
 
+// The four int8 codes of a word as exact floats: byte b (offset by 128) under the fp32 exponent of 2^23 reads
+// 2^23 + b exactly.
+__device__ __forceinline__ void int8_word(uint32_t w, float (&f)[4]) {
+  const uint32_t u = w ^ 0x80808080u;
+  f[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - 8388736.0f;
+  f[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - 8388736.0f;
+  f[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - 8388736.0f;
+  f[3] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - 8388736.0f;
+}
+
 // Turns one 16-byte chunk into V/2 bf16 pairs, pair p = elements 2p, 2p+1 of the chunk, times scale s.
 template <WeightFormat F>
 __device__ __forceinline__ void dequant_chunk(const uint4& raw, float s, uint32_t (&p)[kValuesPerChunk<F> / 2]) {
@@ -51,16 +61,12 @@ __device__ __forceinline__ void dequant_chunk(const uint4& raw, float s, uint32_
       p[i] = bf16x2_bits(__floats2bfloat162_rn(f.x, f.y));
     }
   } else if constexpr (F == WeightFormat::kInt8) {
-    // Byte b (offset by 128) under the fp32 exponent of 2^23 reads 2^23 + b exactly.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t u = w[i] ^ 0x80808080u;
-      const float f0 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - 8388736.0f;
-      const float f1 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - 8388736.0f;
-      const float f2 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - 8388736.0f;
-      const float f3 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - 8388736.0f;
-      p[2 * i] = bf16x2_bits(__floats2bfloat162_rn(f0 * s, f1 * s));
-      p[2 * i + 1] = bf16x2_bits(__floats2bfloat162_rn(f2 * s, f3 * s));
+      float f[4];
+      int8_word(w[i], f);
+      p[2 * i] = bf16x2_bits(__floats2bfloat162_rn(f[0] * s, f[1] * s));
+      p[2 * i + 1] = bf16x2_bits(__floats2bfloat162_rn(f[2] * s, f[3] * s));
     }
   } else {
     // A nibble u under the bf16 pattern of 128 (0x4300) reads 128 + u exactly; stored u = q + 8.
@@ -86,13 +92,10 @@ __device__ __forceinline__ void dequant_chunk_raw(const uint4& raw, uint32_t (&p
   if constexpr (F == WeightFormat::kInt8) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t u = w[i] ^ 0x80808080u;
-      const float f0 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - 8388736.0f;
-      const float f1 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - 8388736.0f;
-      const float f2 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - 8388736.0f;
-      const float f3 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - 8388736.0f;
-      p[2 * i] = bf16x2_bits(__floats2bfloat162_rn(f0, f1));
-      p[2 * i + 1] = bf16x2_bits(__floats2bfloat162_rn(f2, f3));
+      float f[4];
+      int8_word(w[i], f);
+      p[2 * i] = bf16x2_bits(__floats2bfloat162_rn(f[0], f[1]));
+      p[2 * i + 1] = bf16x2_bits(__floats2bfloat162_rn(f[2], f[3]));
     }
   } else if constexpr (F == WeightFormat::kInt4) {
 #pragma unroll
