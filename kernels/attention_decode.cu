@@ -39,6 +39,7 @@ struct DecodeParams {
   float mma_q_scale;  // softmax_scale * log2(e): the tensor-core kernel's q (rounded to 16 bits) ...
   float mma_s_scale;  // ... and k_scale for fp8 applied to its fp32 scores, so a small k_scale never meets fp16's range
   float out_scale;    // v_scale for fp8 caches, else 1: applied once to the output, not per element
+  bool early;         // pdl_early(): let the dependents in at the start, ask for KV before the wait
   float* part_o;      // [batch][n_heads][splits][head_dim]   (splits > 1)
   float* part_lse;    // [batch][n_heads][splits], log2 domain
 };
@@ -90,7 +91,7 @@ __device__ __forceinline__ void store_result(const DecodeParams& p, const CtaWor
 // number of resident CTAs, not the bytes in flight per CTA, sets the rate; kernels/attention.md.)
 template <KvCacheDtype KV, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
-  // No early trigger here: the next kernel is let in when these CTAs exit.
+  if (p.early) pdl_launch_dependents();  // else the next kernel is let in when these CTAs exit
   pdl_wait();
   constexpr int kVec = kKvVec<KV>;
   constexpr int kLanes = D / kVec;            // threads per token row
@@ -276,17 +277,21 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
 constexpr int kMmaHeads = 8;   // query heads per CTA (the n of O^T's tiles)
 constexpr int kSlice = 16;     // tokens per warp step (the k of P V)
 
-template <int W>
+// kL2: through L2 only (ld.global.cg), for a row another kernel may have written after this CTA's first loads.
+__device__ __forceinline__ uint4 load16_l2(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
+
+template <int W, bool kL2 = false>
 __device__ __forceinline__ void load_words(const char* src, bool ok, uint32_t* w) {
   if constexpr (W % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < W / 4; ++i) {
-      const uint4 v = ok ? load16(src + 16 * i) : make_uint4(0, 0, 0, 0);
+      const uint4 v = ok ? (kL2 ? load16_l2(src + 16 * i) : load16(src + 16 * i)) : make_uint4(0, 0, 0, 0);
       w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
     }
   } else {
     static_assert(W == 2, "chunk of 8 bytes");
-    const uint2 v = ok ? __ldg(reinterpret_cast<const uint2*>(src)) : make_uint2(0, 0);
+    const uint2 v = ok ? (kL2 ? __ldcg(reinterpret_cast<const uint2*>(src)) : __ldg(reinterpret_cast<const uint2*>(src)))
+                       : make_uint2(0, 0);
     w[0] = v.x, w[1] = v.y;
   }
 }
@@ -310,12 +315,12 @@ struct MmaChunks {
   }
 };
 
-template <int W, int kLoadBytes>
+template <int W, int kLoadBytes, bool kL2 = false>
 __device__ __forceinline__ void load_chunk(const char* row, int lane_in_row, int lanes, bool ok, uint32_t* w) {
   constexpr int kLoads = W * 4 / kLoadBytes;
 #pragma unroll
   for (int i = 0; i < kLoads; ++i)
-    load_words<kLoadBytes / 4>(row + (i * lanes + lane_in_row) * kLoadBytes, ok, w + i * (kLoadBytes / 4));
+    load_words<kLoadBytes / 4, kL2>(row + (i * lanes + lane_in_row) * kLoadBytes, ok, w + i * (kLoadBytes / 4));
 }
 
 template <KvCacheDtype KV, int D, bool kAhead>
@@ -323,7 +328,10 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // never launched: the plan picks SIMT when the built code predates mma.sync m16n8k16
 #else
-  pdl_wait();
+  // The combine (or o projection) may become resident now and start its own prefetches: with a few dozen
+  // CTAs at short context most SMs would otherwise idle through this kernel.
+  if (p.early) pdl_launch_dependents();
+  if (!kAhead || !p.early) pdl_wait();  // else the slice-ahead form waits after its first loads (below)
   using T = std::conditional_t<KV == KvCacheDtype::kBf16, __nv_bfloat16, __half>;
   using C = MmaChunks<KV, D>;
   constexpr bool kFp8 = kKvBytes<KV> == 1;
@@ -342,7 +350,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
 
   // q's A fragments: row g = head h0 + g; k-step kk takes elements 4 kk .. 4 kk + 3 of this thread's K chunk.
   uint32_t qa[kKSteps][2];
-  {
+  auto load_q = [&] {
     const int64_t base = b * q_stride + int64_t(h0 + g) * D;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
@@ -353,7 +361,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
       qa[kk][0] = pack2<T>(x[0], x[1]);
       qa[kk][1] = pack2<T>(x[2], x[3]);
     }
-  }
+  };
+  if constexpr (!kAhead) load_q();
 
   const int32_t* bt = a.block_table + int64_t(b) * a.block_table_stride;
   const char* kc = static_cast<const char*>(a.k_cache);
@@ -369,8 +378,10 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
 
   using KWords = uint32_t[2][C::kKWords];
   using VWords = uint32_t[4][C::kVWords];
-  // Issues slice t0's K and V loads (tokens from end on read as zeros: unused slots may hold NaN).
-  auto load_slice = [&](int t0, KWords& kw, VWords& vw) {
+  // Issues slice t0's K and V loads (tokens from end on, and token `skip`, read as zeros: unused slots may hold
+  // NaN); kL2 loads through L2 only.
+  auto load_slice = [&](int t0, KWords& kw, VWords& vw, int skip, auto l2) {
+    constexpr bool kL2 = decltype(l2)::value;
     int64_t slice_base = 0;  // element offset of token t0's row, when the slice sits in one page
     if (one_page) {
       const int page = __ldg(bt + t0 / a.page_size);
@@ -386,14 +397,14 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int i = 8 * j + g;
-      const bool ok = t0 + i < end;
-      load_chunk<C::kKWords, 16>(kc + (ok ? row(i) : 0), t4, 4, ok, kw[j]);
+      const bool ok = t0 + i < end && t0 + i != skip;
+      load_chunk<C::kKWords, 16, kL2>(kc + (ok ? row(i) : 0), t4, 4, ok, kw[j]);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int i = 2 * t4 + (j & 1) + 8 * (j >> 1);
-      const bool ok = t0 + i < end;
-      load_chunk<C::kVWords, C::kVLoadBytes>(vc + (ok ? row(i) : 0), g, 8, ok, vw[j]);
+      const bool ok = t0 + i < end && t0 + i != skip;
+      load_chunk<C::kVWords, C::kVLoadBytes, kL2>(vc + (ok ? row(i) : 0), g, 8, ok, vw[j]);
     }
   };
 
@@ -481,19 +492,31 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
   if constexpr (!kAhead) {
     for (int t0 = first; t0 < end; t0 += kStride) {
       uint32_t kw[2][C::kKWords], vw[4][C::kVWords];
-      load_slice(t0, kw, vw);
+      load_slice(t0, kw, vw, -1, std::false_type{});
       compute_slice(t0, kw, vw);
     }
   } else {
-    // Two register sets: the next slice's loads are in flight while this one is multiplied.
+    // Two register sets: the next slice's loads are in flight while this one is multiplied. The first two
+    // slices are asked for before PDL's wait (the block table, seq_lens and every KV row but the newest
+    // token's come from the host or earlier steps, not from the kernel before), so their DRAM latency overlaps
+    // the previous kernel's drain; the newest token's row, which RoPE writes just before this kernel, is left
+    // out of those loads and its slice is loaded again after the wait, through L2.
     uint32_t kw0[2][C::kKWords], vw0[4][C::kVWords], kw1[2][C::kKWords], vw1[4][C::kVWords];
-    if (first < end) load_slice(first, kw0, vw0);
+    const int newest = p.early && end == a.seq_lens[b] ? end - 1 : -1;  // in this split, or -1
+    if (first < end) load_slice(first, kw0, vw0, newest, std::false_type{});
+    if (first + kStride < end) load_slice(first + kStride, kw1, vw1, newest, std::false_type{});
+    pdl_wait();
+    if (newest >= first && newest < first + kSlice)
+      load_slice(first, kw0, vw0, -1, std::true_type{});
+    else if (newest >= first + kStride && newest < first + kStride + kSlice)
+      load_slice(first + kStride, kw1, vw1, -1, std::true_type{});
+    load_q();
     for (int t0 = first; t0 < end; t0 += 2 * kStride) {
-      if (t0 + kStride < end) load_slice(t0 + kStride, kw1, vw1);
       compute_slice(t0, kw0, vw0);
       if (t0 + kStride >= end) break;
-      if (t0 + 2 * kStride < end) load_slice(t0 + 2 * kStride, kw0, vw0);
+      if (t0 + 2 * kStride < end) load_slice(t0 + 2 * kStride, kw0, vw0, -1, std::false_type{});
       compute_slice(t0 + kStride, kw1, vw1);
+      if (t0 + 3 * kStride < end) load_slice(t0 + 3 * kStride, kw1, vw1, -1, std::false_type{});
     }
   }
 
@@ -536,8 +559,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
 // Merges the splits of one (sequence, query head) by their log-sum-exp.
 template <int D>
 __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
+  if (p.early) pdl_launch_dependents();  // the o projection may start its weight loads
   pdl_wait();
-  pdl_launch_dependents();
+  if (!p.early) pdl_launch_dependents();
   // The splits' log-sum-exps in one round trip (a thread each), then each thread's partial outputs eight
   // loads at a time: the merge is a few L2 latencies, not one a split (4.7 us at 16 splits before, run 23).
   __shared__ float lse_s[kMaxSplits];
@@ -641,9 +665,13 @@ std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_sp
     splits = 1;
     if (p.tensor_cores) {
       // The most splits that keep the grid within two CTAs per SM (the slice-ahead kernel keeps two resident
-      // for 16-bit caches at 227 registers, three for fp8 at 167), each split at least 128 tokens. Measured on the H200 (kernels/attention.md): 256 CTAs beat 512 at every
-      // batch and context tried, and beat 128 except at batch 1 / 4k, where they tie.
-      while (splits < kMaxSplits && ctas * (2 * splits) <= 2 * sms && a.max_seq_len / (2 * splits) >= 128)
+      // for 16-bit caches at 227 registers, three for fp8 at 167), each split at least one 16-token slice for
+      // each of its four warps. Measured on the H200 (kernels/attention.md): 256 CTAs beat 512 at every batch
+      // and context tried, and beat 128 except at batch 1 / 4k, where they tie. At batch 1 / context 512 the
+      // eight splits of 64 tokens this gives (64 CTAs) beat four of 128 in the whole-model decode: bf16 weights
+      // 4.340 against 4.41 ms, int4 g128 2.132 against 2.25 (docs/PERF.md run 38; sixteen: 4.316 and 2.162).
+      while (splits < kMaxSplits && ctas * (2 * splits) <= 2 * sms &&
+             a.max_seq_len / (2 * splits) >= kWarps * kSlice)
         splits *= 2;
     } else {
       // About three CTAs per SM (more bytes in flight), each split at least 128 tokens.
@@ -676,6 +704,7 @@ cudaError_t decode_attention_run(const DecodeAttentionArgs& a, const DecodeAtten
   p.mma_q_scale = scale * kLog2e;
   p.mma_s_scale = fp8 ? a.k_scale : 1.f;
   p.out_scale = fp8 ? a.v_scale : 1.f;
+  p.early = pdl_early();
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + size_t(a.batch) * a.n_heads * plan.kv_splits * a.head_dim : nullptr;
   switch (a.kv_dtype) {

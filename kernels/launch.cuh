@@ -39,6 +39,20 @@ inline bool pdl_enabled() {
   return on;
 }
 
+// Whether the kernels that used to let their dependents in only after their own wait (RMSNorm, decode
+// attention and its split combine) do it at their start, and decode attention asks for its first KV slices
+// before its wait. On unless SOARTUNE_PDL_EARLY=0 (read once), the switch for the side-by-side in
+// docs/PERF.md run 38. A dependent let in early still waits for this kernel's completion before it reads
+// what this kernel writes (pdl_wait() returns only once the whole chain before it has completed), so this
+// moves only when CTAs become resident and start their own prefetches (weights, earlier KV), never results.
+inline bool pdl_early() {
+  static const bool on = [] {
+    const char* v = std::getenv("SOARTUNE_PDL_EARLY");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), allowing PDL; returns the launch's error.
 template <typename... KernelParams, typename... Args>
 cudaError_t launch(void (*kernel)(KernelParams...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

@@ -27,7 +27,6 @@ constexpr int kThreads = 128;
 // few tokens takes one head per CTA, so its few pairs still spread over many SMs.
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, int heads_per_cta) {
   extern __shared__ float cs[];  // [half] cos, then [half] sin
-  pdl_wait();
   pdl_launch_dependents();
   const int i = blockIdx.x;
   const int hd = a.head_dim, half = hd / 2;
@@ -46,8 +45,11 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
       sincosf(pos * inv_freq, &cs[half + j], &cs[j]);
     }
   }
-  __syncthreads();
+  // positions and kv_slot come from the host before the step, not from a kernel: the angles are computed
+  // before PDL's wait, while the qkv projection drains.
   const int slot_all = a.kv_slot[i];
+  pdl_wait();
+  __syncthreads();
   const int page = slot_all / a.page_size, slot = slot_all % a.page_size;
   auto item = [&](int head, int j) {
     const int base = head * hd;  // q heads, k heads, v heads are contiguous in qkv

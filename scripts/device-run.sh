@@ -9,7 +9,8 @@
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
 #       tests sanitizer model bench peer e2e; also: timing, bench_nopdl, decode, ncu_decode, ncu_gemv, sass) and writes
-#       logs under $OUT; prints a summary table last.
+#       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
+#       starting it anew (several runs into one summary, e.g. with and without an environment switch).
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -76,7 +77,7 @@ cublas_dir="$(dirname "$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -
 export LD_LIBRARY_PATH="$bundle/lib:${cublas_dir}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 bin="$bundle/bin"
 summary="$OUT/summary.txt"
-: >"$summary"
+[[ -n "${APPEND_SUMMARY:-}" ]] || : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
 {
@@ -135,12 +136,14 @@ if want timing; then
 fi
 
 # Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)
-# forced on every layer, for the side-by-side; DECODE_WEIGHTS narrows the formats.
+# forced on every layer, for the side-by-side; DECODE_WEIGHTS narrows the formats, DECODE_ARGS adds bench
+# options (e.g. --kv-splits 8) and DECODE_TAG names the run in the logs.
 if want decode; then
   for v in ${GEMV_VARIANTS:-auto}; do
-    timeout 200 "$bin/soartune-bench" --only decode --kv bf16 --no-profile --gemv-variant "$v" \
-      --weights ${DECODE_WEIGHTS:-bf16 int8 int4g128} --json "$OUT/decode_$v.jsonl" >"$OUT/decode_$v.txt" 2>&1
-    note "decode, gemv_variant $v: rc=$? $(grep -E '^decode ' "$OUT/decode_$v.txt" | awk '{printf "%s b%s %s (graph %s); ", $2, $4, $6, $NF}')"
+    f="decode_$v${DECODE_TAG:-}"
+    timeout 200 "$bin/soartune-bench" --only decode --kv bf16 --no-profile --gemv-variant "$v" ${DECODE_ARGS:-} \
+      --weights ${DECODE_WEIGHTS:-bf16 int8 int4g128} --json "$OUT/$f.jsonl" >"$OUT/$f.txt" 2>&1
+    note "decode, gemv_variant $v ${DECODE_ARGS:-} ${DECODE_TAG:-}: rc=$? $(grep -E '^decode ' "$OUT/$f.txt" | awk '{printf "%s b%s %s (graph %s); ", $2, $4, $6, $NF}')"
   done
 fi
 

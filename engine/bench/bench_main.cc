@@ -258,6 +258,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-profile", no_profile, "skip the eager per-stage profiles");
   std::string gemv_variant = "auto";
   app.add_option("--gemv-variant", gemv_variant, "gemv_variant of the decode and 32k runs (default auto)");
+  int kv_splits = 0;
+  app.add_option("--kv-splits", kv_splits, "decode_kv_splits of the short-context decode runs (default 0: auto)")
+      ->check(CLI::IsMember({0, 1, 2, 4, 8, 16, 32, 64, 128}));
   CLI11_PARSE(app, argc, argv);
   if (model.rfind("synthetic:", 0) != 0) {
     std::fprintf(stderr, "--model: %s is not a synthetic:<preset>\n", model.c_str());
@@ -343,6 +346,7 @@ int main(int argc, char** argv) {
       o.max_step_tokens = do_prefill && kv == kn::KvCacheDtype::kBf16 ? 4096 : 8;
       o.cuda_graph_max_bs = 8;
       o.gemv_variant = gemv_variant;
+      o.decode_kv_splits = kv_splits;
       check(m->prepare(o), "prepare");
       check(m->fill_kv_random(11), "fill kv");
       const double wbytes = double(m->weight_bytes());
