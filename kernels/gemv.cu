@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -227,7 +228,7 @@ __device__ __forceinline__ void store_rows(const KernelArgs& a, const float* red
 // x[b = g of each batch tile][chunk c]. The mma k-slots 2t, 2t+1 (and 2t+8, 2t+9) of mma m hold the chunk's
 // pairs 2m (and 2m+1) in both A and B, so the warp's dot product runs over 4 chunks in a permuted k order.
 template <WeightFormat F, int M, int W, int U, int NT, bool SA>
-__global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
+__device__ __forceinline__ void gemv_body(const KernelArgs& a) {
   // PDL: the first weight loads go out before the wait (no kernel writes weights); x is read and y written
   // only after it.
   pdl_launch_dependents();
@@ -325,6 +326,19 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
     for (int nt = 0; nt < NT; ++nt) stage_partials<kCols + 1>(&red[warp][mt * 16][nt * 8], acc[mt][nt], g, t);
   __syncthreads();
   store_rows<W, kRows, kCols>(a, &red[0][0][0], row0, threadIdx.x, W * 32);
+}
+
+template <WeightFormat F, int M, int W, int U, int NT, bool SA>
+__global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
+  gemv_body<F, M, W, U, NT, SA>(a);
+}
+
+// The same with registers capped so that MB CTAs fit an SM (more warps to hide the loads), at batch <= 8 only.
+// (A separate kernel: even a minimum of one CTA changes ptxas's register choice, 76 -> 84 for int4 m1w8u2,
+// which fits two of its CTAs an SM instead of three: int4 g128 decode 2.25 -> 2.64 ms, docs/PERF.md run 39.)
+template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB>
+__global__ void __launch_bounds__(W * 32, NT == 1 ? MB : 1) gemv_capped_kernel(const KernelArgs a) {
+  gemv_body<F, M, W, U, NT, SA>(a);
 }
 
 // The pipelined form: one CTA an SM loops over the 16-row tiles blockIdx.x, blockIdx.x + gridDim.x, ...
@@ -566,6 +580,7 @@ constexpr Variant kVariants[] = {
     {"m1w16s8k1", 1, 16, 0, 8, 1},  // 8 x 1 KB, 16 consumer warps
     {"m1w16s6k2", 1, 16, 0, 6, 2},  // 6 x 2 KB, 16 consumer warps (batch <= 24: the reduction buffer of 32
                                     // batch columns does not fit beside 192 KB of stages)
+    {"m1w8u2b4", 1, 8, 2, 0, 0},    // m1w8u2 with registers for four CTAs an SM (batch <= 8)
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -577,20 +592,26 @@ bool scale_after_mma(const KernelArgs& ka) {
   return (F == WeightFormat::kInt8 || F == WeightFormat::kInt4) && ka.group % (4 * kValuesPerChunk<F>) == 0;
 }
 
-template <WeightFormat F, int M, int W, int U, int NT>
-cudaError_t launch_direct(const KernelArgs& ka, int grid, cudaStream_t stream) {
-  if constexpr (F == WeightFormat::kInt8 || F == WeightFormat::kInt4)
-    if (scale_after_mma<F>(ka)) return launch(gemv_kernel<F, M, W, U, NT, true>, grid, W * 32, 0, stream, ka);
-  return launch(gemv_kernel<F, M, W, U, NT, false>, grid, W * 32, 0, stream, ka);
+template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB>
+cudaError_t launch_direct_sa(const KernelArgs& ka, int grid, cudaStream_t stream) {
+  if constexpr (MB > 1) return launch(gemv_capped_kernel<F, M, W, U, NT, SA, MB>, grid, W * 32, 0, stream, ka);
+  return launch(gemv_kernel<F, M, W, U, NT, SA>, grid, W * 32, 0, stream, ka);
 }
 
-template <WeightFormat F, int M, int W, int U>
+template <WeightFormat F, int M, int W, int U, int NT, int MB>
+cudaError_t launch_direct(const KernelArgs& ka, int grid, cudaStream_t stream) {
+  if constexpr (F == WeightFormat::kInt8 || F == WeightFormat::kInt4)
+    if (scale_after_mma<F>(ka)) return launch_direct_sa<F, M, W, U, NT, true, MB>(ka, grid, stream);
+  return launch_direct_sa<F, M, W, U, NT, false, MB>(ka, grid, stream);
+}
+
+template <WeightFormat F, int M, int W, int U, int MB = 1>
 cudaError_t launch_nt(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t stream) {
   switch (n_tiles) {
-    case 1: return launch_direct<F, M, W, U, 1>(ka, grid, stream);
-    case 2: return launch_direct<F, M, W, U, 2>(ka, grid, stream);
-    case 3: return launch_direct<F, M, W, U, 3>(ka, grid, stream);
-    case 4: return launch_direct<F, M, W, U, 4>(ka, grid, stream);
+    case 1: return launch_direct<F, M, W, U, 1, MB>(ka, grid, stream);
+    case 2: return launch_direct<F, M, W, U, 2, MB>(ka, grid, stream);
+    case 3: return launch_direct<F, M, W, U, 3, MB>(ka, grid, stream);
+    case 4: return launch_direct<F, M, W, U, 4, MB>(ka, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -644,6 +665,7 @@ cudaError_t launch_format(const KernelArgs& ka, const GemvPlan& p, cudaStream_t 
     case 2: return launch_nt<F, 2, 8, 2>(ka, p.n_tiles, p.grid, stream);
     case 3: return launch_nt<F, 2, 4, 4>(ka, p.n_tiles, p.grid, stream);
     case 4: return launch_nt<F, 1, 16, 2>(ka, p.n_tiles, p.grid, stream);
+    case 9: return launch_nt<F, 1, 8, 2, 4>(ka, p.n_tiles, p.grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -811,6 +833,18 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // (bf16 b1 4.739 against 4.823 with m1w16u2 everywhere, int4 g128 b8 3.113 against 3.230).
     const bool tall = a.w.n > a.w.k;
     p.variant = find_variant(tall && a.w.format != WeightFormat::kInt8 ? "m1w8u2" : "m1w16u2");
+    // Quantised tall layers at batch <= 8: m1w8u2 with registers for four CTAs an SM (64 instead of 76-84;
+    // the kernel is issue- and latency-bound with about 1.6 eligible warps a scheduler at three). Whole-model
+    // decode against the rule above, same call (docs/PERF.md run 40): int4 g128 b1 2.136 against 2.24 ms,
+    // int4 g32 2.284 against 2.36 (b8 2.84 against 2.97); int8 b1 3.035 against 3.13 with m1w16u2 (and
+    // 3.02-3.04 with plain m1w8u2: int8's tall layers no longer want 16 warps since its scales moved after
+    // the mma). Capping the other layers' m1w16u2 at three CTAs (40 registers, spills) or m1w8u2 at five was
+    // slower in every format (run 40); so were four warps a tile at eight CTAs (run 39).
+    if (tall && is_quantized(a.w.format) && a.batch <= 8) p.variant = find_variant("m1w8u2b4");
+    // Experiment switches for side-by-side runs (docs/PERF.md): SOARTUNE_GEMV_AUTO_TALL / _WIDE name the
+    // direct variant auto takes for tall layers (n > k) / the others in place of the rule above.
+    if (const char* e = std::getenv(tall ? "SOARTUNE_GEMV_AUTO_TALL" : "SOARTUNE_GEMV_AUTO_WIDE"))
+      if (find_variant(e) >= 0 && kVariants[find_variant(e)].stages == 0) p.variant = find_variant(e);
     // At batch 1 on sm_90, 16-bit layers stream best through the pipelined form: its producer runs ahead of
     // PDL's wait, filling four stages an SM while the previous kernel finishes (whole-model bf16 b1 4.627
     // against 4.666 ms, run 25; 4.596-4.613 with this rule, run 26; alone, under ncu, each layer is a little
@@ -836,7 +870,7 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     if (major < 0 || sms <= 0) return "gemv_variant: " + std::string(v.name) + " needs a CUDA device to plan for";
     if (major < 9)
       return "gemv_variant: " + std::string(v.name) + " needs sm_90 or newer (TMA bulk copies); allowed here: " +
-             "m1w8u2, m1w8u4, m2w8u2, m2w4u4, m1w16u2";
+             "m1w8u2, m1w8u4, m2w8u2, m2w4u4, m1w16u2, m1w8u2b4";
     p.threads = (v.warps + 1) * 32;  // and the producer warp
     p.pipelined = true;
     p.grid = p.grid < sms ? p.grid : sms;
