@@ -40,6 +40,7 @@ struct DecodeParams {
   float mma_s_scale;  // ... and k_scale for fp8 applied to its fp32 scores, so a small k_scale never meets fp16's range
   float out_scale;    // v_scale for fp8 caches, else 1: applied once to the output, not per element
   bool early;         // pdl_early(): let the dependents in at the start, ask for KV before the wait
+  int min_split_tokens;  // a sequence of L tokens uses min(splits, ceil(L / this)) of its splits
   float* part_o;      // [batch][n_heads][splits][head_dim]   (splits > 1)
   float* part_lse;    // [batch][n_heads][splits], log2 domain
 };
@@ -48,7 +49,15 @@ struct DecodeParams {
 // tokens [start, end) of split blockIdx.x (page-aligned ranges of the sequence, fixed at run time).
 struct CtaWork {
   int b, split, kv_head, h0, n_h, start, end;
+  bool idle;  // a split this sequence does not use (its context is short): the CTA returns at once
 };
+
+// How many of the plan's splits a sequence of seq_len tokens uses: a plan's splits are sized for the longest
+// context a captured graph may see; a shorter sequence spreads over fewer of them, at least min_split_tokens
+// each (at batch 1, context 512 and a 4k max_context: 9 of 32, docs/PERF.md run 42). The combine reads only these.
+__device__ __forceinline__ int used_splits(const DecodeParams& p, int seq_len) {
+  return max(1, min(p.splits, (seq_len + p.min_split_tokens - 1) / p.min_split_tokens));
+}
 
 __device__ __forceinline__ CtaWork cta_work(const DecodeParams& p) {
   const DecodeAttentionArgs& a = p.a;
@@ -60,7 +69,9 @@ __device__ __forceinline__ CtaWork cta_work(const DecodeParams& p) {
   w.n_h = min(p.heads_per_cta, w.kv_head * p.group + p.group - w.h0);
   const int seq_len = a.seq_lens[w.b];
   const int n_pages = (seq_len + a.page_size - 1) / a.page_size;
-  const int pages_per_split = (n_pages + p.splits - 1) / p.splits;
+  const int used = used_splits(p, seq_len);
+  const int pages_per_split = (n_pages + used - 1) / used;
+  w.idle = w.split >= used;
   w.start = w.split * pages_per_split * a.page_size;
   w.end = min(seq_len, w.start + pages_per_split * a.page_size);
   return w;
@@ -107,6 +118,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
 
   const DecodeAttentionArgs& a = p.a;
   const CtaWork w = cta_work(p);
+  if (w.idle) return;  // uniform across the CTA; nothing reads this split's partial
   const int kv_head = w.kv_head, h0 = w.h0, n_h = w.n_h, b = w.b, start = w.start, end = w.end;
   const int tid = threadIdx.x;
   const int li = tid % kLanes;
@@ -343,6 +355,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
 
   const DecodeAttentionArgs& a = p.a;
   const CtaWork cw = cta_work(p);
+  if (cw.idle) return;  // uniform across the CTA; nothing reads this split's partial
   const int kv_head = cw.kv_head, h0 = cw.h0, n_h = cw.n_h, b = cw.b, start = cw.start, end = cw.end;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
@@ -568,20 +581,21 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
   const DecodeAttentionArgs& a = p.a;
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const int64_t row = (int64_t(b) * a.n_heads + h) * p.splits;
-  for (int s = d; s < p.splits; s += D) lse_s[s] = p.part_lse[row + s];
+  const int splits = used_splits(p, a.seq_lens[b]);  // the splits this sequence wrote
+  for (int s = d; s < splits; s += D) lse_s[s] = p.part_lse[row + s];
   __syncthreads();
   float m = -INFINITY;
-  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, lse_s[s]);
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, lse_s[s]);
   float num = 0.f, den = 0.f;
   if (m != -INFINITY) {
     const float* po = p.part_o + row * D + d;
-    for (int s0 = 0; s0 < p.splits; s0 += 8) {
+    for (int s0 = 0; s0 < splits; s0 += 8) {
       float v[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = s0 + j < p.splits ? po[int64_t(s0 + j) * D] : 0.f;
+      for (int j = 0; j < 8; ++j) v[j] = s0 + j < splits ? po[int64_t(s0 + j) * D] : 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if (s0 + j >= p.splits) break;
+        if (s0 + j >= splits) break;
         const float w = exp2f(lse_s[s0 + j] - m);  // 0 for a split that saw no token
         num += w * v[j];
         den += w;
@@ -667,9 +681,8 @@ std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_sp
       // The most splits that keep the grid within two CTAs per SM (the slice-ahead kernel keeps two resident
       // for 16-bit caches at 227 registers, three for fp8 at 167), each split at least one 16-token slice for
       // each of its four warps. Measured on the H200 (kernels/attention.md): 256 CTAs beat 512 at every batch
-      // and context tried, and beat 128 except at batch 1 / 4k, where they tie. At batch 1 / context 512 the
-      // eight splits of 64 tokens this gives (64 CTAs) beat four of 128 in the whole-model decode: bf16 weights
-      // 4.340 against 4.41 ms, int4 g128 2.132 against 2.25 (docs/PERF.md run 38; sixteen: 4.316 and 2.162).
+      // and context tried, and beat 128 except at batch 1 / 4k, where they tie. (Decode steps are planned for
+      // max_context; a shorter sequence uses fewer of the splits at run time, cta_work.)
       while (splits < kMaxSplits && ctas * (2 * splits) <= 2 * sms &&
              a.max_seq_len / (2 * splits) >= kWarps * kSlice)
         splits *= 2;
@@ -705,6 +718,7 @@ cudaError_t decode_attention_run(const DecodeAttentionArgs& a, const DecodeAtten
   p.mma_s_scale = fp8 ? a.k_scale : 1.f;
   p.out_scale = fp8 ? a.v_scale : 1.f;
   p.early = pdl_early();
+  p.min_split_tokens = plan.tensor_cores ? kWarps * kSlice : 2 * kTile;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + size_t(a.batch) * a.n_heads * plan.kv_splits * a.head_dim : nullptr;
   switch (a.kv_dtype) {

@@ -51,7 +51,8 @@ struct DecodeAttentionArgs {
 };
 
 // The launch, fixed before the run. A plan stays valid for any seq_lens (each sequence's tokens are
-// divided into kv_splits page-aligned ranges at run time), so a captured graph may replay it as contexts grow.
+// divided at run time into page-aligned ranges over as many of the kv_splits as give each range at least 64
+// tokens, 128 for SIMT; the other splits exit empty), so a captured graph may replay it as contexts grow.
 struct DecodeAttentionPlan {
   int kv_splits = 1;         // KV ranges per (sequence, KV head)
   int group_size = 1;        // query heads per KV head
@@ -74,7 +75,8 @@ std::string decode_attention_can_implement(const DecodeAttentionArgs& args);
 inline constexpr int kDecodeMaxKvSplits = 128;
 
 // Fills *plan. requested_splits: the decode_kv_splits knob, 0 or a power of two 1..128; 0 chooses from
-// max_seq_len, batch * n_kv_heads and sm_count (about three CTAs per SM, at least 128 tokens per split).
+// max_seq_len, batch * n_kv_heads and sm_count (tensor cores: at most two CTAs per SM, at least 64 tokens per
+// split; SIMT: about three CTAs per SM, at least 128 tokens per split).
 // allow_tensor_cores = false forces the SIMT variant (the tensor-core one needs head_dim 64 or 128 and code
 // built for sm_80+). Returns "" or an error message (can_implement's, or a bad requested_splits).
 std::string decode_attention_plan(const DecodeAttentionArgs& args, int requested_splits, int sm_count,
