@@ -14,9 +14,10 @@
 // FLOPs per call: 2 * batch * n * k (the tensor cores do ceil(batch / 8) * 8 columns).
 //
 // Variants (the gemv_variant knob), the closed set gemv_variant_names(): direct "m<m_tiles>w<warps>u<unroll>"
-// as above, and pipelined "m1w<warps>s<stages>k<KB>" (sm_90: one CTA an SM loops over row tiles that a
-// producer warp streams into shared-memory stages with TMA bulk copies; kernels/README.md). "auto" picks one
-// by the layer's shape and the batch (gemv.cu, gemv_plan).
+// as above ("...b<n>": registers capped so that n CTAs fit an SM at batch <= 8), and pipelined
+// "m1w<warps>s<stages>k<KB>" (sm_90: one CTA an SM loops over row tiles that a producer warp streams into
+// shared-memory stages with TMA bulk copies; kernels/README.md). "auto" picks one by the layer's shape and the
+// batch (gemv.cu, gemv_plan).
 #pragma once
 
 #include <cuda_runtime_api.h>
