@@ -48,7 +48,7 @@ struct DecodeParams {
 // What one CTA serves: sequence blockIdx.z, query heads h0 .. h0 + n_h - 1 of KV head kv_head, and the
 // tokens [start, end) of split blockIdx.x (page-aligned ranges of the sequence, fixed at run time).
 struct CtaWork {
-  int b, split, kv_head, h0, n_h, start, end;
+  int b, split, kv_head, h0, n_h, start, end, seq_len;
   bool idle;  // a split this sequence does not use (its context is short): the CTA returns at once
 };
 
@@ -67,7 +67,7 @@ __device__ __forceinline__ CtaWork cta_work(const DecodeParams& p) {
   w.kv_head = blockIdx.y / p.head_chunks;
   w.h0 = w.kv_head * p.group + (blockIdx.y % p.head_chunks) * p.heads_per_cta;
   w.n_h = min(p.heads_per_cta, w.kv_head * p.group + p.group - w.h0);
-  const int seq_len = a.seq_lens[w.b];
+  const int seq_len = w.seq_len = a.seq_lens[w.b];
   const int n_pages = (seq_len + a.page_size - 1) / a.page_size;
   const int used = used_splits(p, seq_len);
   const int pages_per_split = (n_pages + used - 1) / used;
@@ -515,7 +515,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
     // the previous kernel's drain; the newest token's row, which RoPE writes just before this kernel, is left
     // out of those loads and its slice is loaded again after the wait, through L2.
     uint32_t kw0[2][C::kKWords], vw0[4][C::kVWords], kw1[2][C::kKWords], vw1[4][C::kVWords];
-    const int newest = p.early && end == a.seq_lens[b] ? end - 1 : -1;  // in this split, or -1
+    const int newest = p.early && end == cw.seq_len ? end - 1 : -1;  // in this split, or -1
     if (first < end) load_slice(first, kw0, vw0, newest, std::false_type{});
     if (first + kStride < end) load_slice(first + kStride, kw1, vw1, newest, std::false_type{});
     pdl_wait();

@@ -333,11 +333,12 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
   gemv_body<F, M, W, U, NT, SA>(a);
 }
 
-// The same with registers capped so that MB CTAs fit an SM (more warps to hide the loads), at batch <= 8 only.
-// (A separate kernel: even a minimum of one CTA changes ptxas's register choice, 76 -> 84 for int4 m1w8u2,
-// which fits two of its CTAs an SM instead of three: int4 g128 decode 2.25 -> 2.64 ms, docs/PERF.md run 39.)
+// The same with registers capped so that MB CTAs fit an SM (more warps to hide the loads); launched at batch
+// <= 8 only (one batch tile), larger batches take gemv_kernel. (A separate kernel: even a minimum of one CTA
+// changes ptxas's register choice, 76 -> 84 for int4 m1w8u2, which fits two of its CTAs an SM instead of
+// three: int4 g128 decode 2.25 -> 2.64 ms, docs/PERF.md run 39.)
 template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB>
-__global__ void __launch_bounds__(W * 32, NT == 1 ? MB : 1) gemv_capped_kernel(const KernelArgs a) {
+__global__ void __launch_bounds__(W * 32, MB) gemv_capped_kernel(const KernelArgs a) {
   gemv_body<F, M, W, U, NT, SA>(a);
 }
 
@@ -594,8 +595,10 @@ bool scale_after_mma(const KernelArgs& ka) {
 
 template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB>
 cudaError_t launch_direct_sa(const KernelArgs& ka, int grid, cudaStream_t stream) {
-  if constexpr (MB > 1) return launch(gemv_capped_kernel<F, M, W, U, NT, SA, MB>, grid, W * 32, 0, stream, ka);
-  return launch(gemv_kernel<F, M, W, U, NT, SA>, grid, W * 32, 0, stream, ka);
+  if constexpr (MB > 1 && NT == 1)
+    return launch(gemv_capped_kernel<F, M, W, U, NT, SA, MB>, grid, W * 32, 0, stream, ka);
+  else
+    return launch(gemv_kernel<F, M, W, U, NT, SA>, grid, W * 32, 0, stream, ka);
 }
 
 template <WeightFormat F, int M, int W, int U, int NT, int MB>
@@ -682,6 +685,13 @@ int find_variant(const std::string& name) {
   for (int i = 0; i < kNumVariants; ++i)
     if (name == kVariants[i].name) return i;
   return -1;
+}
+
+// The direct variant named by environment variable `name`, or -1 (unset, unknown or pipelined).
+int direct_variant_from_env(const char* name) {
+  const char* e = std::getenv(name);
+  const int v = e ? find_variant(e) : -1;
+  return v >= 0 && kVariants[v].stages == 0 ? v : -1;
 }
 
 // The pipelined variant a fused RMSNorm takes under "auto".
@@ -842,9 +852,11 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // slower in every format (run 40); so were four warps a tile at eight CTAs (run 39).
     if (tall && is_quantized(a.w.format) && a.batch <= 8) p.variant = find_variant("m1w8u2b4");
     // Experiment switches for side-by-side runs (docs/PERF.md): SOARTUNE_GEMV_AUTO_TALL / _WIDE name the
-    // direct variant auto takes for tall layers (n > k) / the others in place of the rule above.
-    if (const char* e = std::getenv(tall ? "SOARTUNE_GEMV_AUTO_TALL" : "SOARTUNE_GEMV_AUTO_WIDE"))
-      if (find_variant(e) >= 0 && kVariants[find_variant(e)].stages == 0) p.variant = find_variant(e);
+    // direct variant auto takes for tall layers (n > k) / the others in place of the rule above (read once:
+    // eager steps plan every launch).
+    static const int env_tall = direct_variant_from_env("SOARTUNE_GEMV_AUTO_TALL");
+    static const int env_wide = direct_variant_from_env("SOARTUNE_GEMV_AUTO_WIDE");
+    if ((tall ? env_tall : env_wide) >= 0) p.variant = tall ? env_tall : env_wide;
     // At batch 1 on sm_90, 16-bit layers stream best through the pipelined form: its producer runs ahead of
     // PDL's wait, filling four stages an SM while the previous kernel finishes (whole-model bf16 b1 4.627
     // against 4.666 ms, run 25; 4.596-4.613 with this rule, run 26; alone, under ncu, each layer is a little
