@@ -198,7 +198,12 @@ __device__ __forceinline__ void store_rows(const KernelArgs& a, const float* red
     for (int w = 0; w < W; ++w) s += red[(w * kRows + r) * (kCols + 1) + b];
     return s;
   };
+  // The loops stay rolled (`unroll 1`; so does the pipelined form's producer loop): at batch <= 8 most
+  // variants have a thread for every output, so the copies the compiler unrolled only lengthened the code.
+  // Measured with both against without, same call (docs/PERF.md run 52): int4 g128 decode b8 2.829 -> 2.739
+  // ms, int8 b8 -0.8%, the rest level or better.
   if (a.swiglu) {  // rows 16q .. 16q + 7 are gate rows 8q .., the next eight the matching up rows
+#pragma unroll 1
     for (int idx = tid; idx < kRows / 2 * kCols; idx += nthreads) {
       const int b = idx / (kRows / 2), j = idx % (kRows / 2);
       const int r = j / 8 * 16 + j % 8;
@@ -210,6 +215,7 @@ __device__ __forceinline__ void store_rows(const KernelArgs& a, const float* red
     }
     return;
   }
+#pragma unroll 1
   for (int idx = tid; idx < kRows * kCols; idx += nthreads) {
     const int b = idx / kRows, r = idx % kRows;
     const int row = row0 + r;
@@ -399,6 +405,8 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
     const uint64_t policy = l2_evict_first_policy();
     // Scale rows start 16-byte aligned when groups_per_row % 4 == 0; prefetched whole (else not at all).
     const uint32_t scale_row_bytes = kQuant && groups_per_row % 4 == 0 ? uint32_t(groups_per_row) * 4 : 0;
+    // Rolled (`unroll 1`, with store_rows' loops; docs/PERF.md run 52): otherwise unrolled three times.
+#pragma unroll 1
     for (int it = 0; it < total; ++it) {
       const int tile = int(blockIdx.x) + (it / spt) * int(gridDim.x), st = it % spt;
       const int s = it % S, use = it / S;

@@ -137,11 +137,13 @@ fi
 
 # Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)
 # forced on every layer, for the side-by-side; DECODE_WEIGHTS narrows the formats, DECODE_ARGS adds bench
-# options (e.g. --kv-splits 8) and DECODE_TAG names the run in the logs.
+# options (e.g. --kv-splits 8) and DECODE_TAG names the run in the logs. DECODE_BIN / DECODE_LIB run another
+# build of soartune-bench (e.g. the previous commit's, bundled by hand under .device/old) in the same call.
 if want decode; then
   for v in ${GEMV_VARIANTS:-auto}; do
     f="decode_$v${DECODE_TAG:-}"
-    timeout 200 "$bin/soartune-bench" --only decode --kv bf16 --no-profile --gemv-variant "$v" ${DECODE_ARGS:-} \
+    LD_LIBRARY_PATH="${DECODE_LIB:+$DECODE_LIB:}$LD_LIBRARY_PATH" timeout 200 "${DECODE_BIN:-$bin/soartune-bench}" \
+      --only decode --kv bf16 --no-profile --gemv-variant "$v" ${DECODE_ARGS:-} \
       --weights ${DECODE_WEIGHTS:-bf16 int8 int4g128} --json "$OUT/$f.jsonl" >"$OUT/$f.txt" 2>&1
     note "decode, gemv_variant $v ${DECODE_ARGS:-} ${DECODE_TAG:-}: rc=$? $(grep -E '^decode ' "$OUT/$f.txt" | awk '{printf "%s b%s %s (graph %s); ", $2, $4, $6, $NF}')"
   done
