@@ -8,40 +8,54 @@
 namespace soartune::kernels {
 namespace {
 
-// One thread per 16-byte chunk of codes; writes the chunk's values as bf16.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// One thread per 8 consecutive values of a row (16 bytes of bf16 out): int4 one 32-bit word of codes (word j
+// of a 16-byte block holds its values 8j .. 8j + 7, weight_format.h), int8 8 bytes, fp16 16 bytes, so a
+// warp reads and writes contiguous bytes. Each value is value * scale rounded to bf16 once. (Element by element,
+// 2-byte stores 64 bytes apart across a warp, the expansion took 2.3-2.5 ms a llama3-8b layer, 20x its bytes
+// at the copy rate: docs/PERF.md run 57.)
 template <WeightFormat F>
-__global__ void dequant_kernel(const uint8_t* w, const float* scales, __nv_bfloat16* out, int n, int k, int group) {
-  constexpr int V = F == WeightFormat::kInt4 ? 32 : F == WeightFormat::kInt8 ? 16 : 8;
-  const int chunks_per_row = k / V;
-  const int64_t total = int64_t(n) * chunks_per_row;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = idx / chunks_per_row;
-    const int c = int(idx % chunks_per_row);
-    const uint4 raw = reinterpret_cast<const uint4*>(w)[idx];
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-    __nv_bfloat16* o = out + row * k + int64_t(c) * V;
+__global__ void __launch_bounds__(256) dequant_kernel(const uint8_t* w, const float* scales, __nv_bfloat16* out,
+                                                       int n, int k, int group) {
+  const int per_row = k / 8;
+  const int64_t total = int64_t(n) * per_row;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = e / per_row;
+    const int col = int(e - row * per_row) * 8;
+    uint32_t p[4];  // bf16 pairs: values 2i, 2i + 1 of the eight
     if constexpr (F == WeightFormat::kFp16) {
-      const __half* h = reinterpret_cast<const __half*>(words);
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w) + e);
+      const uint32_t h[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) o[i] = __float2bfloat16_rn(__half2float(h[i]));
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
+        p[i] = pack_bf16x2(f.x, f.y);
+      }
     } else if constexpr (F == WeightFormat::kInt8) {
-      const float s = scales[row * (k / group) + (c * V) / group];
-      const int8_t* q = reinterpret_cast<const int8_t*>(words);
+      const uint2 raw = __ldg(reinterpret_cast<const uint2*>(w) + e);
+      const float s = __ldg(scales + row * (k / group) + col / group);
+      const uint32_t q4[2] = {raw.x, raw.y};
 #pragma unroll
-      for (int i = 0; i < 16; ++i) o[i] = __float2bfloat16_rn(float(q[i]) * s);
+      for (int i = 0; i < 2; ++i) {
+        const int8_t* q = reinterpret_cast<const int8_t*>(&q4[i]);
+        p[2 * i] = pack_bf16x2(float(q[0]) * s, float(q[1]) * s);
+        p[2 * i + 1] = pack_bf16x2(float(q[2]) * s, float(q[3]) * s);
+      }
     } else if constexpr (F == WeightFormat::kInt4) {
-      const float s = scales[row * (k / group) + (c * V) / group];
+      const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(w) + e);
+      const float s = __ldg(scales + row * (k / group) + col / group);
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int lo = int((words[j] >> (4 * i)) & 0xFu) - 8;
-          const int hi = int((words[j] >> (16 + 4 * i)) & 0xFu) - 8;
-          o[8 * j + 2 * i] = __float2bfloat16_rn(float(lo) * s);
-          o[8 * j + 2 * i + 1] = __float2bfloat16_rn(float(hi) * s);
-        }
+      for (int i = 0; i < 4; ++i) {
+        const int lo = int((word >> (4 * i)) & 0xFu) - 8;
+        const int hi = int((word >> (16 + 4 * i)) & 0xFu) - 8;
+        p[i] = pack_bf16x2(float(lo) * s, float(hi) * s);
+      }
     }
+    reinterpret_cast<uint4*>(out)[e] = make_uint4(p[0], p[1], p[2], p[3]);
   }
 }
 
@@ -75,8 +89,7 @@ std::string gemm_can_implement(const DeviceLinear& w, int m, const GemmContext& 
 
 cudaError_t dequantize_to_bf16_run(const DeviceLinear& w, void* out, cudaStream_t stream) {
   const int threads = 256;
-  const int v = w.format == WeightFormat::kInt4 ? 32 : w.format == WeightFormat::kInt8 ? 16 : 8;
-  const int64_t total = int64_t(w.n) * (w.k / v);
+  const int64_t total = int64_t(w.n) * (w.k / 8);  // a thread per 8 values
   const int blocks = int(total / threads + 1 < 132 * 16 ? total / threads + 1 : 132 * 16);
   auto* o = static_cast<__nv_bfloat16*>(out);
   auto* src = static_cast<const uint8_t*>(w.w);

@@ -2,7 +2,8 @@
 // the device), every number beside its roofline: bytes over the copy bandwidth and FLOPs over the bf16
 // matmul rate, both measured in the same run.
 //   decode ms/step at batch 1 and 8 for each weight format (and KV dtype), 4k-token prefill, decode at 32k
-//   context with bf16 vs fp8 KV, and each GEMV variant on the layer shapes.
+//   context with bf16 vs fp8 KV, each GEMV variant on the layer shapes, and (--only linear) the two ways
+//   to multiply m rows by a layer's weights side by side: the fused-dequantisation GEMV and the GEMM.
 // Output: a table on stdout, and one JSON object per row to --json (for scripts/device-run.sh).
 #include <CLI/CLI.hpp>
 #include <cublas_v2.h>
@@ -19,6 +20,7 @@
 
 #include "engine/cuda/cuda_model.h"
 #include "engine/model_loader.h"
+#include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/synthetic.cuh"
 
@@ -157,6 +159,112 @@ struct Format {
   kn::WeightFormat lm_head = kn::WeightFormat::kBf16;  // the lm_head_bits knob: bf16, int8 or int4 (same group)
 };
 
+// The two paths for m rows through one layer's four linears (qkv, o, gate|up, down of cfg; 109 MB of int4 g128
+// weights for llama3-8b, more than L2, so every repetition reads them from DRAM): the fused-dequantisation
+// GEMV on the tensor cores ("gemv": ceil(m / 32) launches of up to 32 rows, each reading the weights once) and
+// the prefill GEMM ("gemm": quantised weights expanded to bf16, then cuBLAS). The engine takes the GEMV up to
+// 32 rows and the GEMM above (CudaModel::linear); this measures that choice for each format. Rows "lin_gemv" /
+// "lin_gemm", batch = m.
+void bench_linear_paths(const st::engine::ModelConfig& cfg, const Format& fm, int reps, const Ceilings& ceil) {
+  cudaStream_t s;
+  BENCH_CK(cudaStreamCreate(&s));
+  const int64_t d = cfg.hidden, f = cfg.intermediate, qkv = cfg.q_dim() + 2 * cfg.kv_dim();
+  const int64_t shapes[4][2] = {{qkv, d}, {d, cfg.q_dim()}, {2 * f, d}, {d, f}};  // {n, k}
+  const int max_m = 4096;
+  std::vector<kn::DeviceLinear> ws;
+  std::vector<void*> bufs;
+  size_t scratch = 0;
+  double wbytes = 0, nk = 0, sum_n = 0, sum_k = 0;
+  int64_t max_n = 0, max_k = 0;
+  for (int i = 0; i < 4; ++i) {
+    kn::DeviceLinear w;
+    w.format = fm.format;
+    w.n = int(shapes[i][0]);
+    w.k = int(shapes[i][1]);
+    w.group = kn::is_quantized(fm.format) ? (fm.group > 0 ? fm.group : w.k) : 0;
+    void* p = nullptr;
+    const size_t wb = kn::weight_bytes(w.format, w.n, w.k), sb = kn::scale_bytes(w.format, w.n, w.k, w.group);
+    BENCH_CK(cudaMalloc(&p, wb));
+    bufs.push_back(p);
+    w.w = p;
+    if (fm.format == kn::WeightFormat::kBf16) {
+      BENCH_CK(kn::fill_uniform_bf16(p, int64_t(w.n) * w.k, 100 + i, 0.02f, s));
+    } else {
+      BENCH_CK(kn::fill_random_codes(p, int64_t(w.n) * w.k, 100 + i, fm.format == kn::WeightFormat::kInt4 ? 4 : 8, s));
+      float* sc = nullptr;
+      BENCH_CK(cudaMalloc(reinterpret_cast<void**>(&sc), sb));
+      bufs.push_back(sc);
+      BENCH_CK(kn::fill_uniform_f32(sc, int64_t(sb / 4), 200 + i, 0.001f, 0.01f, s));
+      w.scales = sc;
+    }
+    ws.push_back(w);
+    scratch = std::max(scratch, kn::gemm_scratch_bytes(w));
+    wbytes += double(wb + sb);
+    nk += double(w.n) * w.k;
+    sum_n += w.n;
+    sum_k += w.k;
+    max_n = std::max<int64_t>(max_n, w.n);
+    max_k = std::max<int64_t>(max_k, w.k);
+  }
+  void *x = nullptr, *y = nullptr;
+  BENCH_CK(cudaMalloc(&x, size_t(max_m) * max_k * 2));
+  BENCH_CK(cudaMalloc(&y, size_t(max_m) * max_n * 4));
+  BENCH_CK(kn::fill_uniform_bf16(x, int64_t(max_m) * max_k, 300, 1.f, s));
+  kn::GemmContext ctx;
+  if (cublasCreate(&ctx.cublas) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cublasCreate failed\n");
+    std::exit(1);
+  }
+  cublasSetStream(ctx.cublas, s);
+  if (scratch > 0) BENCH_CK(cudaMalloc(&ctx.scratch, scratch));
+  ctx.scratch_bytes = scratch;
+  auto gemv_path = [&](int m) {
+    for (const kn::DeviceLinear& w : ws)
+      for (int r0 = 0; r0 < m; r0 += kn::kGemvMaxBatch) {
+        kn::GemvArgs a;
+        a.w = w;
+        a.x = static_cast<const uint16_t*>(x) + int64_t(r0) * w.k;
+        a.y = static_cast<float*>(y) + int64_t(r0) * w.n;
+        a.batch = std::min(kn::kGemvMaxBatch, m - r0);
+        kn::GemvPlan plan;
+        const std::string e = kn::gemv_plan(a, "auto", &plan);
+        if (!e.empty()) {
+          std::fprintf(stderr, "linear: gemv_plan: %s\n", e.c_str());
+          std::exit(1);
+        }
+        BENCH_CK(kn::gemv_run(a, plan, s));
+      }
+  };
+  auto gemm_path = [&](int m) {
+    for (const kn::DeviceLinear& w : ws) {
+      const std::string e = kn::gemm_run(ctx, w, x, w.k, y, w.n, m, s);
+      if (!e.empty()) {
+        std::fprintf(stderr, "linear: gemm_run: %s\n", e.c_str());
+        std::exit(1);
+      }
+    }
+  };
+  for (int m : {1, 8, 12, 16, 20, 24, 32, 48, 64, 128, 512, 4096}) {
+    Row g, c;
+    g.what = "lin_gemv", c.what = "lin_gemm";
+    g.weights = c.weights = fm.name;
+    g.kv = c.kv = "-";
+    g.batch = c.batch = m;
+    g.bytes = c.bytes = wbytes + double(m) * (2 * sum_k + 4 * sum_n);  // weights (+ scales), x read, y written
+    g.flops = c.flops = 2.0 * m * nk;
+    g.ms = time_events([&] { gemv_path(m); }, 2, reps, s);
+    c.ms = time_events([&] { gemm_path(m); }, 2, reps, s);
+    emit(roofline(g, ceil));
+    emit(roofline(c, ceil));
+  }
+  cublasDestroy(ctx.cublas);
+  if (ctx.scratch) cudaFree(ctx.scratch);
+  cudaFree(x);
+  cudaFree(y);
+  for (void* p : bufs) cudaFree(p);
+  cudaStreamDestroy(s);
+}
+
 // Device time per stage of one eager (graph-free) run of `step`, beside the timed forward.
 void print_profile(st::engine::cuda::CudaModel& m, const st::engine::Step& step, const std::string& label,
                    double forward_ms) {
@@ -245,7 +353,7 @@ int main(int argc, char** argv) {
   std::string only = "all";
   int reps = 20;
   app.add_option("--model", model, "synthetic:<preset>");
-  app.add_option("--only", only, "all | decode | prefill | long | variants");
+  app.add_option("--only", only, "all | decode | prefill | long | variants | linear");
   app.add_option("--reps", reps, "timed repetitions (median reported)");
   app.add_option("--json", g_json_path, "append one JSON object per result to this file");
   std::vector<std::string> only_weights;
@@ -254,7 +362,7 @@ int main(int argc, char** argv) {
   bool no_profile = false;
   app.add_option("--kv", only_kv, "KV dtypes of the short-context decode with bf16 weights (default all)");
   app.add_option("--weights", only_weights, "weight formats to run (default all: bf16 int8 int4g128 int4g64 int4g32 int4g128-lm8 int4g128-lm4)");
-  app.add_option("--batches", only_batches, "decode batches to run (default 1 8)");
+  app.add_option("--batches", only_batches, "decode batches to run, 1..32 (default 1 8)");
   app.add_flag("--no-profile", no_profile, "skip the eager per-stage profiles");
   std::string gemv_variant = "auto";
   app.add_option("--gemv-variant", gemv_variant, "gemv_variant of the decode and 32k runs (default auto)");
@@ -308,17 +416,26 @@ int main(int argc, char** argv) {
     }
   }
   for (int b : only_batches) {
-    if (b < 1 || b > 8) {
-      std::fprintf(stderr, "--batches: %d is not in 1..8\n", b);
+    if (b < 1 || b > 32) {
+      std::fprintf(stderr, "--batches: %d is not in 1..32\n", b);
       return 2;
     }
   }
   const std::vector<int> batches = only_batches.empty() ? std::vector<int>{1, 8} : only_batches;
+  const int max_batch = std::max(8, *std::max_element(batches.begin(), batches.end()));
+  if (only == "linear") {  // one layer's linears through the GEMV and the GEMM paths (bench_linear_paths)
+    for (const Format& fm : formats) {
+      const bool listed = only_weights.empty() ? fm.name == "bf16" || fm.name == "int8" || fm.name == "int4g128"
+                                               : std::find(only_weights.begin(), only_weights.end(), fm.name) != only_weights.end();
+      if (listed) bench_linear_paths(cfg, fm, std::max(5, reps / 2), ceil);
+    }
+  }
   for (const Format& fm : formats) {
     if (!only_weights.empty() && std::find(only_weights.begin(), only_weights.end(), fm.name) == only_weights.end())
       continue;
     const bool do_decode = only == "all" || only == "decode";
-    const bool do_prefill = (only == "all" || only == "prefill") && fm.name == "bf16";
+    // Prefill: bf16 (the target) and int8 / int4 g128, whose layers are expanded to bf16 for cuBLAS.
+    const bool do_prefill = (only == "all" || only == "prefill") && (fm.name == "bf16" || fm.name == "int8" || fm.name == "int4g128");
     const bool do_long = (only == "all" || only == "long") && (fm.name == "bf16" || fm.name == "int4g128");
     const bool do_var = (only == "all" || only == "variants");
     if (!do_decode && !do_prefill && !do_long && !do_var) continue;
@@ -340,11 +457,11 @@ int main(int argc, char** argv) {
       check(m->generate(cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
       st::engine::cuda::CudaOptions o;
       o.kv_dtype = kv;
-      o.max_sequences = 8;
-      o.max_output_rows = 8;
+      o.max_sequences = max_batch;
+      o.max_output_rows = max_batch;
       o.max_context = 4096;
-      o.max_step_tokens = do_prefill && kv == kn::KvCacheDtype::kBf16 ? 4096 : 8;
-      o.cuda_graph_max_bs = 8;
+      o.max_step_tokens = do_prefill && kv == kn::KvCacheDtype::kBf16 ? 4096 : max_batch;
+      o.cuda_graph_max_bs = max_batch;
       o.gemv_variant = gemv_variant;
       o.decode_kv_splits = kv_splits;
       check(m->prepare(o), "prepare");

@@ -335,7 +335,7 @@ Status CudaModel::prepare(const CudaOptions& opt) {
       if (!e.empty()) return Status::Invalid("launch.gemv_variant: " + opt.gemv_variant + " cannot run a " +
                                              std::to_string(d->n) + "x" + std::to_string(d->k) + " " +
                                              kn::weight_format_name(d->format) + " layer: " + e);
-      if (std::max(T, R) > kn::kGemvMaxBatch) {
+      if (!use_gemv(*d, std::max(T, R))) {
         const std::string ge = kn::gemm_can_implement(*d, std::max(T, R), gemm_);
         if (!ge.empty()) return Status::Invalid("weights: prefill GEMM: " + ge);
       }
@@ -437,7 +437,7 @@ Status CudaModel::capture_graph(int batch) {
 // ---- the step ----
 
 bool CudaModel::norm_fusable(const kn::DeviceLinear& w, int rows) const {
-  if (rows > kn::kGemvMaxNormBatch) return false;
+  if (rows > kn::kGemvMaxNormBatch || !use_gemv(w, rows)) return false;
   kn::GemvArgs g;
   g.w = w;
   g.x = xn_;
@@ -452,9 +452,29 @@ bool CudaModel::norm_fusable(const kn::DeviceLinear& w, int rows) const {
   return kn::gemv_plan(g, opt_.gemv_variant, &plan).empty();
 }
 
+namespace {
+
+// Rows up to which a layer takes the GEMV rather than the GEMM, by format: measured on one llama3-8b layer's
+// four linears on the H200 (docs/PERF.md run 59, `soartune-bench --only linear`): for 16-bit weights cuBLAS is
+// level at 8 rows and 17-30% faster from 12 to 32 (0.137 against 0.198 ms at 32); int8 / int4 keep the GEMV up
+// to its 32 rows (at 32: 0.18-0.21 ms against 0.32 for the expansion to bf16 plus cuBLAS; level at 48).
+// SOARTUNE_GEMV_MAX_ROWS_16BIT (1..32, read once) moves the 16-bit bound, the switch for that side-by-side.
+int gemv_max_rows(const kn::DeviceLinear& w) {
+  static const int rows16 = [] {
+    const char* e = std::getenv("SOARTUNE_GEMV_MAX_ROWS_16BIT");
+    const int v = e ? std::atoi(e) : 0;
+    return v >= 1 && v <= kn::kGemvMaxBatch ? v : 8;
+  }();
+  return kn::is_quantized(w.format) ? kn::kGemvMaxBatch : rows16;
+}
+
+}  // namespace
+
+bool CudaModel::use_gemv(const kn::DeviceLinear& w, int rows) { return rows <= gemv_max_rows(w); }
+
 Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16,
                          bool accumulate, bool swiglu, const float* norm_gamma) {
-  if (rows <= kn::kGemvMaxBatch) {
+  if (use_gemv(w, rows)) {
     kn::GemvArgs g;
     g.w = w;
     g.x = norm_gamma ? nullptr : x;
@@ -473,7 +493,7 @@ Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int 
     SOARTUNE_CUDA_TRY(kn::gemv_run(g, plan, stream_));
     return Status::Ok();
   }
-  if (swiglu || norm_gamma) return Status::Internal("linear: the SwiGLU and RMSNorm fusions are the GEMV's (rows <= 32)");
+  if (swiglu || norm_gamma) return Status::Internal("linear: the SwiGLU and RMSNorm fusions are the GEMV's (use_gemv)");
   SOARTUNE_KERNEL_TRY(kn::gemm_run(gemm_, w, x, w.k, y, w.n, rows, stream_, out_bf16, accumulate));
   return Status::Ok();
 }
@@ -577,7 +597,7 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     // gate|up in bf16, as a 16-bit reference model rounds it: SwiGLU reads half the bytes. Decode steps
     // (GEMV rows) with the interleaved layout apply SwiGLU in the GEMV's epilogue: no kernel, no round trip.
     const void* down_x = xn_;
-    if (L.gate_up_interleaved && T <= kn::kGemvMaxBatch) {
+    if (L.gate_up_interleaved && use_gemv(L.gate_up, T)) {
       SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, /*swiglu=*/true, mlp_gamma));
       mark("linear_gate_up");
       down_x = wide_;

@@ -118,6 +118,9 @@ class CudaModel {
   // norm_gamma: x is ignored and the GEMV applies RMSNorm(residual_) * norm_gamma itself (norm_fusable()).
   Status linear(const kernels::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16 = false,
                 bool accumulate = false, bool swiglu = false, const float* norm_gamma = nullptr);
+  // Whether `rows` rows through w take the GEMV (fused dequantisation, tensor cores) or the GEMM (cuBLAS,
+  // quantised weights expanded to bf16 first): gemv_max_rows() in cuda_model.cc.
+  static bool use_gemv(const kernels::DeviceLinear& w, int rows);
   // Whether the GEMV of `rows` rows of w runs the pipelined form, which stages RMSNorm(residual_) itself.
   bool norm_fusable(const kernels::DeviceLinear& w, int rows) const;
   Status run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out);

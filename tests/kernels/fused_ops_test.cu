@@ -264,6 +264,29 @@ TEST(PrefillGemm, EveryFormatMatchesTheTwin) {
           << weight_format_name(f) << " epilogue " << epilogue;
     }
     EXPECT_NE(gemm_run(ctx, dl, dx.p, k, dy.p, n, m, nullptr, true, true).find("accumulate"), std::string::npos);
+    // The expansion alone: every element bf16(value * scale), rounded once, in place.
+    scratch.poison();
+    KT_CUDA(dequantize_to_bf16_run(dl, scratch.p, nullptr));
+    KT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> exp16 = scratch.download<uint16_t>(size_t(n) * k);
+    int64_t wrong = 0;
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) {
+        float v = 0.f;
+        const uint16_t* p16 = reinterpret_cast<const uint16_t*>(w.data());
+        switch (f) {
+          case WeightFormat::kBf16: v = bf16_to_f32(p16[size_t(r) * k + c]); break;
+          case WeightFormat::kFp16: v = fp16_to_f32(p16[size_t(r) * k + c]); break;
+          case WeightFormat::kInt8:
+            v = float(int8_t(w[size_t(r) * k + c])) * scales[size_t(r) * (k / group) + c / group];
+            break;
+          case WeightFormat::kInt4:
+            v = float(int4_code_at(w.data(), k, r, c)) * scales[size_t(r) * (k / group) + c / group];
+            break;
+        }
+        wrong += exp16[size_t(r) * k + c] != f32_to_bf16(v);
+      }
+    EXPECT_EQ(wrong, 0) << weight_format_name(f) << ": elements of the bf16 expansion that differ";
   }
   cublasDestroy(h);
 }
