@@ -313,12 +313,16 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   d_block_table_ = p;
   SOARTUNE_CUDA_TRY(cudaMemset(d_inputs_, 0, inputs_words_ * 4));
 
-  // Quantised layers run through cuBLAS on a bf16 copy when a step has more than 32 rows.
+  // Layers that a step's rows send through cuBLAS (use_gemv) and that need a bf16 copy first (quantised, fp16)
+  // share one scratch buffer for it.
   size_t scratch = 0;
+  auto needs_copy = [&](const kn::DeviceLinear& d) {
+    if (!use_gemv(d, std::max(T, R))) scratch = std::max(scratch, kn::gemm_scratch_bytes(d));
+  };
   for (const CudaLayer& L : layers_)
-    for (const kn::DeviceLinear* d : {&L.qkv, &L.o, &L.gate_up, &L.down}) scratch = std::max(scratch, kn::gemm_scratch_bytes(*d));
-  scratch = std::max(scratch, kn::gemm_scratch_bytes(lm_head_));
-  if (std::max(T, R) > kn::kGemvMaxBatch && scratch > 0) {
+    for (const kn::DeviceLinear* d : {&L.qkv, &L.o, &L.gate_up, &L.down}) needs_copy(*d);
+  needs_copy(lm_head_);
+  if (scratch > 0) {
     SOARTUNE_STATUS_TRY(A(&gemm_.scratch, scratch));
     gemm_.scratch_bytes = scratch;
   }

@@ -269,11 +269,11 @@ TEST(PrefillGemm, EveryFormatMatchesTheTwin) {
     KT_CUDA(dequantize_to_bf16_run(dl, scratch.p, nullptr));
     KT_CUDA(cudaDeviceSynchronize());
     const std::vector<uint16_t> exp16 = scratch.download<uint16_t>(size_t(n) * k);
+    const uint16_t* p16 = reinterpret_cast<const uint16_t*>(w.data());
     int64_t wrong = 0;
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < k; ++c) {
         float v = 0.f;
-        const uint16_t* p16 = reinterpret_cast<const uint16_t*>(w.data());
         switch (f) {
           case WeightFormat::kBf16: v = bf16_to_f32(p16[size_t(r) * k + c]); break;
           case WeightFormat::kFp16: v = fp16_to_f32(p16[size_t(r) * k + c]); break;
