@@ -8,7 +8,7 @@
 namespace soartune::daemon {
 
 namespace fs = std::filesystem;
-using search::Status;
+using soartune::Status;
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "search/budget_day.h"
-#include "search/status.h"
+#include "core/status.h"
 
 namespace soartune::daemon {
 
@@ -27,9 +27,9 @@ struct DaemonConfig {
 
 // Reads `path` (YAML) into `cfg`; unknown keys and bad values are errors naming the key. Relative paths in
 // the file are relative to the file's directory.
-search::Status load_daemon_config(const std::string& path, DaemonConfig& cfg);
+soartune::Status load_daemon_config(const std::string& path, DaemonConfig& cfg);
 // Fills the defaults that depend on where things are (worker beside `exe_path`, work dir beside the database),
 // and checks the whole config.
-search::Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, const std::string& config_path);
+soartune::Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, const std::string& config_path);
 
 }  // namespace soartune::daemon

@@ -2,8 +2,8 @@
 
 namespace soartune::daemon {
 
-grpc::Status to_grpc(const search::Status& s) {
-  using search::Code;
+grpc::Status to_grpc(const soartune::Status& s) {
+  using soartune::Code;
   switch (s.code) {
     case Code::kOk: return grpc::Status::OK;
     case Code::kInvalidArgument: return {grpc::StatusCode::INVALID_ARGUMENT, s.message};

@@ -1,12 +1,12 @@
-// The one place where the core's search::Status becomes a grpc::Status.
+// The one place where the core's soartune::Status becomes a grpc::Status.
 #pragma once
 
 #include <grpcpp/support/status.h>
 
-#include "search/status.h"
+#include "core/status.h"
 
 namespace soartune::daemon {
 
-grpc::Status to_grpc(const search::Status& s);
+grpc::Status to_grpc(const soartune::Status& s);
 
 }  // namespace soartune::daemon

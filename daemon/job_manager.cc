@@ -18,8 +18,8 @@ namespace soartune::daemon {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using search::Result;
-using search::Status;
+using soartune::Result;
+using soartune::Status;
 
 namespace {
 
@@ -86,7 +86,7 @@ std::string suggestion_to_json(const search::Suggestion& s) {
   j["p_failure"] = std::isfinite(s.p_failure) ? s.p_failure : 0.0;
   j["p_gate"] = s.p_gate;
   j["note"] = s.note;
-  j["config"] = search::to_text(s.config);
+  j["config"] = soartune::to_text(s.config);
   return j.dump();
 }
 
@@ -428,7 +428,7 @@ std::vector<search::Observation> JobManager::warm_start_prior(const JobRecord& j
       with_store([&](Store& s) { return s.trials_for_device_key(job.device_key, job.id); });
   for (const TrialRecord& t : ts) {
     if (t.status != TrialStatus::kComplete) continue;
-    search::Config view = space_view(spec, search::config_from_text(t.params));
+    soartune::Config view = space_view(spec, soartune::config_from_text(t.params));
     if (!spec.space.validate(view).ok()) continue;
     search::Observation o;
     o.config = std::move(view);
@@ -461,7 +461,7 @@ Result<JobManager::SearchState> JobManager::search_state(const std::string& job_
   for (const TrialRecord& t : ts) {
     if (!counts_for_budget(t)) continue;
     search::Observation o;
-    o.config = space_view(sp, search::config_from_text(t.params));
+    o.config = space_view(sp, soartune::config_from_text(t.params));
     if (t.status == TrialStatus::kRunning) {
       o.outcome = search::Outcome::kPending;
     } else if (t.status == TrialStatus::kComplete) {
@@ -523,13 +523,13 @@ void JobManager::launch_trial(JobRun& run, int device, const search::Suggestion&
   rt->device = device;
   rt->is_reference = is_reference;
   rt->timeout_s = spec.trial_timeout_s.value_or(cfg_.trial_timeout_s);
-  search::Config config = is_reference ? spec.reference : trial_config(spec, s.config);
+  soartune::Config config = is_reference ? spec.reference : trial_config(spec, s.config);
   int64_t number = with_store([&](Store& st) { return st.next_trial_number(run.id); });
   TrialRecord& rec = rt->rec;
   rec.job_id = run.id;
   rec.number = number;
   rec.status = TrialStatus::kRunning;
-  rec.params = search::to_text(config);
+  rec.params = soartune::to_text(config);
   rec.started_ms = now_ms();
   rec.device = cfg_.devices[device];
   rec.suggestion_json = suggestion_to_json(s);

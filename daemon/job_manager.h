@@ -25,7 +25,7 @@
 #include "daemon/daemon_config.h"
 #include "daemon/job_spec.h"
 #include "daemon/store.h"
-#include "search/status.h"
+#include "core/status.h"
 #include "search/strategy.h"
 
 namespace soartune::daemon {
@@ -73,36 +73,36 @@ class JobManager {
   ~JobManager();
 
   // Crash recovery (RUNNING trials -> FAILED "daemon restarted"), then resumes RUNNING and QUEUED jobs.
-  search::Status start();
+  soartune::Status start();
   // Kills running workers (trials CANCELLED "daemon shut down"), joins every runner, closes every watcher.
   void shutdown();
   bool shutting_down() const { return shutting_down_.load(); }
 
   const DaemonConfig& config() const { return cfg_; }
 
-  search::Result<JobView> submit(const std::string& spec_yaml);
-  search::Result<JobView> get_job(const std::string& id);
+  soartune::Result<JobView> submit(const std::string& spec_yaml);
+  soartune::Result<JobView> get_job(const std::string& id);
   std::vector<JobView> list_jobs(int limit, int offset);
-  search::Result<JobView> cancel(const std::string& id);
+  soartune::Result<JobView> cancel(const std::string& id);
 
   // Every trial of the job (numbers ascending), re-scored against the job's current best.
-  search::Result<std::vector<TrialRecord>> trials(const std::string& job_id);
-  search::Result<TrialRecord> trial(const std::string& job_id, int64_t number);
+  soartune::Result<std::vector<TrialRecord>> trials(const std::string& job_id);
+  soartune::Result<TrialRecord> trial(const std::string& job_id, int64_t number);
   // The best COMPLETE trial; kNotFound when there is none yet.
-  search::Result<TrialRecord> best(const std::string& job_id);
+  soartune::Result<TrialRecord> best(const std::string& job_id);
 
   // The parsed spec of a job (cached); its scoring is what trials are scored with.
-  search::Result<std::shared_ptr<const JobSpec>> spec_of(const std::string& job_id);
+  soartune::Result<std::shared_ptr<const JobSpec>> spec_of(const std::string& job_id);
   // The search problem of a job as the strategy sees it, and its history (reference first).
   struct SearchState {
     search::SearchProblem problem;
     std::vector<search::Observation> history;
     std::vector<TrialRecord> trials;         // aligned with history
   };
-  search::Result<SearchState> search_state(const std::string& job_id);
+  soartune::Result<SearchState> search_state(const std::string& job_id);
 
   // Subscribes to a job's events; kNotFound for an unknown job.
-  search::Result<std::shared_ptr<Watcher>> watch(const std::string& job_id);
+  soartune::Result<std::shared_ptr<Watcher>> watch(const std::string& job_id);
 
   // The store, for the submission RPCs; calls are serialised.
   template <typename F>
@@ -121,7 +121,7 @@ class JobManager {
   void finish_job(JobRun& run, JobState state, const std::string& stop_reason, const std::string& error);
   void start_runner(const JobRecord& job, std::shared_ptr<const JobSpec> spec);
   void publish(const std::string& job_id, JobEventData e);
-  search::Result<JobView> view_of(const JobRecord& job);
+  soartune::Result<JobView> view_of(const JobRecord& job);
   std::vector<search::Observation> warm_start_prior(const JobRecord& job, const JobSpec& spec);
   int job_parallelism(const JobSpec& spec) const;
   std::optional<int> acquire_device();

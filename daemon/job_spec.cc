@@ -8,16 +8,16 @@
 #include <set>
 #include <sstream>
 
-#include "search/launch_knobs.h"
+#include "core/knob_catalogue.h"
 #include "search/strategy.h"
 
 namespace soartune::daemon {
 
 namespace fs = std::filesystem;
-using search::Config;
-using search::Result;
-using search::Status;
-using search::Value;
+using soartune::Config;
+using soartune::Result;
+using soartune::Status;
+using soartune::Value;
 
 namespace {
 
@@ -43,7 +43,7 @@ Status check_keys(const YAML::Node& node, const std::string& field, const std::v
 Result<int64_t> read_int(const YAML::Node& n, const std::string& field, int64_t lo, int64_t hi) {
   std::string range = std::to_string(lo) + ".." + std::to_string(hi);
   if (!n.IsScalar()) return Status::Invalid(field + ": must be an integer in " + range);
-  Value v = search::value_from_text(n.Scalar());
+  Value v = soartune::value_from_text(n.Scalar());
   const int64_t* i = std::get_if<int64_t>(&v);
   if (!i) return Status::Invalid(field + ": '" + n.Scalar() + "' is not an integer; allowed: " + range);
   if (*i < lo || *i > hi) return Status::Invalid(field + ": " + n.Scalar() + " is out of range; allowed: " + range);
@@ -112,10 +112,10 @@ Result<Config> read_knobs(const YAML::Node& n, const std::string& field) {
   for (const auto& kv : n) {
     const std::string name = kv.first.Scalar();
     const std::string f = field + "." + name;
-    const search::KnobSpec* knob = search::find_knob(name);
-    if (!knob) return Status::Invalid(f + ": unknown knob; known knobs: " + search::known_knob_names());
+    const core::KnobSpec* knob = core::find_knob(name);
+    if (!knob) return Status::Invalid(f + ": unknown knob; known knobs: " + core::known_knob_names());
     if (!kv.second.IsScalar()) return Status::Invalid(f + ": must be a single value; allowed: " + knob->allowed_text());
-    Result<Value> v = search::knob_value_from_text(*knob, kv.second.Scalar(), f);
+    Result<Value> v = core::knob_value_from_text(*knob, kv.second.Scalar(), f);
     if (!v.ok()) return v.status();
     c[name] = v.value();
   }
@@ -343,7 +343,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
     if (spec.space.find(k)) return Status::Invalid("fixed." + k + ": also in space; a knob is either fixed or searched");
   }
   spec.fixed = fixed.value();
-  Result<Config> reference = search::reference_config(ref_overrides.value(), "reference");
+  Result<Config> reference = core::reference_config(ref_overrides.value(), "reference");
   if (!reference.ok()) return reference.status();
   spec.reference = reference.value();
   for (const auto& [k, v] : spec.fixed) spec.reference[k] = v;

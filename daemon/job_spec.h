@@ -11,10 +11,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include "search/budget_day.h"
-#include "search/config.h"
+#include "core/knob_value.h"
 #include "search/scoring.h"
 #include "search/space.h"
-#include "search/status.h"
+#include "core/status.h"
 
 namespace soartune::daemon {
 
@@ -40,8 +40,8 @@ struct JobSpec {
   YAML::Node layer_overrides;  // optional mapping, passed to the trial file
   search::ScoringSpec scoring;
   search::Space space;
-  search::Config reference;    // the full reference config: catalogue defaults + `reference:` + `fixed:`
-  search::Config fixed;        // held for every trial (also trial 0)
+  soartune::Config reference;    // the full reference config: catalogue defaults + `reference:` + `fixed:`
+  soartune::Config fixed;        // held for every trial (also trial 0)
   bool warm_start = false;
   std::optional<search::SubmissionBudget> submissions;   // `submissions: {per_day, timezone}`
 };
@@ -51,12 +51,12 @@ struct SpecContext {
 };
 
 // Parses and validates a job spec. kInvalidArgument naming the field on any problem.
-search::Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& ctx);
+soartune::Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& ctx);
 
 // Trial config = reference overlaid with `fixed` and the suggestion (inactive space knobs take the reference).
-search::Config trial_config(const JobSpec& spec, const search::Config& suggestion);
+soartune::Config trial_config(const JobSpec& spec, const soartune::Config& suggestion);
 // The suggestion's view of a full trial config: only the space's parameters, inactive ones dropped.
-search::Config space_view(const JobSpec& spec, const search::Config& full);
+soartune::Config space_view(const JobSpec& spec, const soartune::Config& full);
 
 struct ReferenceFile {
   std::string write;           // this trial is the reference: save its outputs here
@@ -64,7 +64,7 @@ struct ReferenceFile {
 };
 
 // The trial file (FORMATS section 3) for `launch`. `header` lines become leading comments.
-std::string trial_yaml(const JobSpec& spec, const search::Config& launch, const ReferenceFile& ref,
+std::string trial_yaml(const JobSpec& spec, const soartune::Config& launch, const ReferenceFile& ref,
                        const std::vector<std::string>& header = {});
 
 // Warm-start key: trials of earlier jobs with the same key are prior observations.

@@ -16,12 +16,12 @@
 #include <string_view>
 #include <vector>
 
-#include "search/status.h"
+#include "core/status.h"
 
 namespace soartune::daemon {
 
-using search::Result;
-using search::Status;
+using soartune::Result;
+using soartune::Status;
 
 enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
 enum class TrialStatus { kRunning, kComplete, kFailed, kCancelled };

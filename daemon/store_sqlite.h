@@ -1,5 +1,5 @@
 // Thin RAII wrappers over the SQLite C API used by the store: a connection, a prepared statement and a
-// transaction that rolls back unless committed. Every failure comes back as a search::Status naming the SQL
+// transaction that rolls back unless committed. Every failure comes back as a soartune::Status naming the SQL
 // that failed; nothing here throws.
 #pragma once
 
@@ -9,15 +9,15 @@
 #include <string_view>
 #include <vector>
 
-#include "search/status.h"
+#include "core/status.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace soartune::daemon::sql {
 
-using search::Result;
-using search::Status;
+using soartune::Result;
+using soartune::Status;
 
 // One connection. Not shared between threads: the store lends each connection to one caller at a time.
 class Connection {

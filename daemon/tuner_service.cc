@@ -18,8 +18,8 @@
 namespace soartune::daemon {
 
 using nlohmann::json;
-using search::Result;
-using search::Status;
+using soartune::Result;
+using soartune::Status;
 
 namespace {
 
@@ -322,7 +322,7 @@ grpc::Status TunerService::ExportConfig(grpc::ServerContext*, const pb::ExportCo
   Result<std::shared_ptr<const JobSpec>> spec = jobs_.spec_of(req->job_id());
   if (!spec.ok()) return to_grpc(spec.status());
   const TrialRecord& tr = t.value();
-  search::Config launch = search::config_from_text(tr.params);
+  soartune::Config launch = soartune::config_from_text(tr.params);
   search::ExportSource src{tr.job_id, tr.number, spec.value()->model, tr.engine_build};
   std::string text;
   switch (format.value()) {
@@ -381,7 +381,7 @@ grpc::Status TunerService::PlanSubmissions(grpc::ServerContext*, const pb::PlanS
   const int k = req->k() == 0 ? today.remaining : req->k();
 
   const JobManager::SearchState& state = st.value();
-  std::vector<search::Config> configs;
+  std::vector<soartune::Config> configs;
   std::vector<const TrialRecord*> complete;
   std::vector<search::TrialMetrics> observed;
   for (size_t i = 0; i < state.trials.size(); ++i) {
@@ -461,7 +461,7 @@ grpc::Status TunerService::RecordSubmission(grpc::ServerContext*, const pb::Reco
   if (req->submitted_unix_ms() < 0) return to_grpc(Status::Invalid("submitted_unix_ms: must be >= 0 (0: now)"));
   Result<TrialRecord> t = jobs_.trial(req->job_id(), req->trial());
   if (!t.ok()) {
-    if (t.status().code == search::Code::kNotFound && t.status().message.rfind("number:", 0) == 0)
+    if (t.status().code == soartune::Code::kNotFound && t.status().message.rfind("number:", 0) == 0)
       return to_grpc(Status::NotFound("trial: job " + req->job_id() + " has no trial " + std::to_string(req->trial())));
     return to_grpc(t.status());
   }

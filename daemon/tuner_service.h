@@ -1,5 +1,5 @@
 // The gRPC front end: request validation, proto conversion and paging. Everything else goes through the
-// JobManager; every error comes from a search::Status mapped once by to_grpc().
+// JobManager; every error comes from a soartune::Status mapped once by to_grpc().
 #pragma once
 
 #include <mutex>

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "engine/launch_config.h"
-#include "engine/status.h"
+#include "core/status.h"
 #include "engine/weights.h"
 
 namespace soartune::engine {

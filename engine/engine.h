@@ -12,7 +12,7 @@
 #include "engine/backend.h"
 #include "engine/launch_config.h"
 #include "engine/scheduler.h"
-#include "engine/status.h"
+#include "core/status.h"
 #include "engine/weights.h"
 
 namespace soartune::engine {

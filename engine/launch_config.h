@@ -8,7 +8,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "engine/status.h"
+#include "core/status.h"
 
 namespace soartune::engine {
 

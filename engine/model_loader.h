@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/model_config.h"
-#include "engine/status.h"
+#include "core/status.h"
 #include "engine/weights.h"
 
 namespace soartune::engine {

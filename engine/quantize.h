@@ -6,7 +6,7 @@
 #pragma once
 
 #include "engine/launch_config.h"
-#include "engine/status.h"
+#include "core/status.h"
 #include "engine/weights.h"
 
 namespace soartune::engine {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
-#include "engine/status.h"
+#include "core/status.h"
 
 namespace soartune::engine {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "search/status.h"
+#include "core/status.h"
 
 namespace soartune::search {
 

@@ -12,7 +12,7 @@
 
 #include <Eigen/Dense>
 
-#include "search/config.h"
+#include "core/knob_value.h"
 #include "search/space.h"
 
 namespace soartune::search {

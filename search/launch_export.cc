@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "search/launch_knobs.h"
+#include "core/knob_catalogue.h"
 
 namespace soartune::search {
 namespace {
@@ -101,8 +101,8 @@ const char* to_string(ExportFormat f) {
 }
 
 Result<SglangMapping> sglang_mapping(const Config& launch) {
-  if (Status s = validate_launch(launch, "launch"); !s.ok()) return s;
-  Config c = default_config();
+  if (Status s = core::validate_launch(launch, "launch"); !s.ok()) return s;
+  Config c = core::default_config();
   for (const auto& [k, v] : launch) c[k] = v;
 
   SglangMapping m;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "search/config.h"
-#include "search/status.h"
+#include "core/knob_value.h"
+#include "core/status.h"
 
 namespace soartune::search {
 

@@ -5,7 +5,7 @@
 #include <array>
 #include <vector>
 
-#include "search/config.h"
+#include "core/knob_value.h"
 #include "search/scoring.h"
 #include "search/strategy.h"
 

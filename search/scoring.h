@@ -9,7 +9,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "search/status.h"
+#include "core/status.h"
 
 namespace soartune::search {
 

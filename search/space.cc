@@ -5,7 +5,7 @@
 #include <functional>
 #include <set>
 
-#include "search/launch_knobs.h"
+#include "core/knob_catalogue.h"
 
 namespace soartune::search {
 
@@ -66,8 +66,8 @@ Status check_keys(const YAML::Node& node, const std::string& field, const std::s
 
 // Reads one parameter (without its `when`, which needs the earlier parameters).
 Result<ParamSpec> parse_param(const std::string& name, const YAML::Node& node, const std::string& field) {
-  const KnobSpec* knob = find_knob(name);
-  if (!knob) return Status::Invalid(field + ": unknown knob; known knobs: " + known_knob_names());
+  const core::KnobSpec* knob = core::find_knob(name);
+  if (!knob) return Status::Invalid(field + ": unknown knob; known knobs: " + core::known_knob_names());
   if (!node.IsMap()) return Status::Invalid(field + ": must be a mapping with a type (choice, int, pow2, bool)");
   const YAML::Node type_node = node["type"];
   if (!type_node.IsDefined() || !type_node.IsScalar())
@@ -87,7 +87,7 @@ Result<ParamSpec> parse_param(const std::string& name, const YAML::Node& node, c
     for (size_t i = 0; i < values.size(); ++i) {
       const std::string f = field + ".values[" + std::to_string(i) + "]";
       if (!values[i].IsScalar()) return Status::Invalid(f + ": must be a scalar; allowed: " + knob->allowed_text());
-      Result<Value> v = knob_value_from_text(*knob, values[i].Scalar(), f);
+      Result<Value> v = core::knob_value_from_text(*knob, values[i].Scalar(), f);
       if (!v.ok()) return v.status();
       if (contains(p.choices, v.value())) return Status::Invalid(f + ": " + to_text(v.value()) + " is repeated");
       p.choices.push_back(v.value());
@@ -96,7 +96,7 @@ Result<ParamSpec> parse_param(const std::string& name, const YAML::Node& node, c
   }
   if (type == "bool") {
     if (Status s = check_keys(node, field, {"type", "when"}); !s.ok()) return s;
-    if (knob->type != KnobType::kBool)
+    if (knob->type != core::KnobType::kBool)
       return Status::Invalid(field + ".type: bool does not fit " + name + "; allowed values: " +
                              knob->allowed_text() + " (use type: choice)");
     p.type = ParamType::kBool;
@@ -105,10 +105,10 @@ Result<ParamSpec> parse_param(const std::string& name, const YAML::Node& node, c
   if (type != "int" && type != "pow2")
     return Status::Invalid(field + ".type: " + type + " is not one of choice, int, pow2, bool");
 
-  if (knob->type != KnobType::kInt)
+  if (knob->type != core::KnobType::kInt)
     return Status::Invalid(field + ".type: " + type + " does not fit " + name + "; allowed values: " +
                            knob->allowed_text() + " (use type: " +
-                           (knob->type == KnobType::kBool ? "bool" : "choice") + ")");
+                           (knob->type == core::KnobType::kBool ? "bool" : "choice") + ")");
   if (type == "int") {
     if (Status s = check_keys(node, field, {"type", "low", "high", "log", "when"}); !s.ok()) return s;
   } else {
@@ -218,8 +218,8 @@ Result<Space> Space::parse(const YAML::Node& node, const std::string& field) {
         for (const YAML::Node& item : items) {
           if (!item.IsScalar())
             return Status::Invalid(wf + ": must list values of " + parent_name + "; allowed: " + join(parent_domain));
-          const KnobSpec* pk = find_knob(parent_name);
-          Result<Value> v = knob_value_from_text(*pk, item.Scalar(), wf);
+          const core::KnobSpec* pk = core::find_knob(parent_name);
+          Result<Value> v = core::knob_value_from_text(*pk, item.Scalar(), wf);
           if (!v.ok() || !contains(parent_domain, v.value()))
             return Status::Invalid(wf + ": " + item.Scalar() + " is not a value " + parent_name + " can take; allowed: " +
                                    join(parent_domain));
@@ -258,7 +258,7 @@ Config Space::canonical(const Config& c, const Config& defaults) const {
       out[p.name] = it->second;
     } else if (auto d = defaults.find(p.name); d != defaults.end()) {
       out[p.name] = d->second;
-    } else if (const KnobSpec* k = find_knob(p.name)) {
+    } else if (const core::KnobSpec* k = core::find_knob(p.name)) {
       out[p.name] = k->default_value;
     }
   }

@@ -10,8 +10,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "search/config.h"
-#include "search/status.h"
+#include "core/knob_value.h"
+#include "core/status.h"
 
 namespace soartune::search {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "search/config.h"
+#include "core/knob_value.h"
 #include "search/scoring.h"
 #include "search/space.h"
 

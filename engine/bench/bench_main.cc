@@ -26,7 +26,7 @@
 
 namespace st = soartune;
 namespace kn = soartune::kernels;
-using st::engine::Status;
+using st::soartune::Status;
 
 namespace {
 

@@ -31,7 +31,7 @@ namespace soartune::engine::cuda {
   do {                                                                                                 \
     cudaError_t soartune_e_ = (stmt);                                                                  \
     if (soartune_e_ != cudaSuccess)                                                                    \
-      return ::soartune::engine::Status::Internal(                                                     \
+      return ::soartune::Status::Internal(                                                     \
           ::soartune::kernels::cuda_error_message(soartune_e_, #stmt, __FILE__, __LINE__));            \
   } while (0)
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/launch_config.h"
-#include "engine/status.h"
+#include "core/status.h"
 #include "engine/workload.h"
 
 namespace soartune::engine::worker {

@@ -33,6 +33,7 @@
 #include "search/space.h"
 #include "search/strategy.h"
 
+using namespace soartune;
 using namespace soartune::search;
 
 namespace {

@@ -31,6 +31,7 @@
 #include "search/calibration.h"
 #include "search/planner.h"
 
+using namespace soartune;
 using namespace soartune::search;
 
 namespace {

@@ -40,7 +40,7 @@ warm_start: true
 class JobSpecTest : public ::testing::Test {
  protected:
   void SetUp() override { write_file(dir_.file("workloads/small.yaml"), kWorkload); }
-  search::Result<JobSpec> parse(const std::string& text) {
+  soartune::Result<JobSpec> parse(const std::string& text) {
     return parse_job_spec(text, SpecContext{dir_.file("workloads")});
   }
   // Replaces the line starting with `key:` (top level) by `line`, or appends `line`.
@@ -54,9 +54,9 @@ class JobSpecTest : public ::testing::Test {
     return s.substr(0, pos + 1) + line + s.substr(end);
   }
   void expect_error(const std::string& text, const std::string& field) {
-    search::Result<JobSpec> r = parse(text);
+    soartune::Result<JobSpec> r = parse(text);
     ASSERT_FALSE(r.ok()) << "accepted:\n" << text;
-    EXPECT_EQ(r.status().code, search::Code::kInvalidArgument);
+    EXPECT_EQ(r.status().code, soartune::Code::kInvalidArgument);
     EXPECT_EQ(r.status().message.rfind(field + ":", 0), 0u)
         << "error does not start with '" << field << ":': " << r.status().message;
   }
@@ -64,7 +64,7 @@ class JobSpecTest : public ::testing::Test {
 };
 
 TEST_F(JobSpecTest, GoodSpecParses) {
-  search::Result<JobSpec> r = parse(good_spec());
+  soartune::Result<JobSpec> r = parse(good_spec());
   ASSERT_TRUE(r.ok()) << r.status().message;
   const JobSpec& s = r.value();
   EXPECT_EQ(s.model, "synthetic:tiny");
@@ -80,13 +80,13 @@ TEST_F(JobSpecTest, GoodSpecParses) {
   EXPECT_EQ(s.workload_name, "small");
   EXPECT_EQ(s.space.params().size(), 3u);
   // The reference config: catalogue defaults, `reference:` and `fixed:` on top.
-  EXPECT_EQ(search::to_text(s.reference.at("kv_page_size")), "32");
-  EXPECT_EQ(search::to_text(s.reference.at("max_prefill_tokens")), "256");
-  EXPECT_EQ(search::to_text(s.reference.at("weight_bits")), "16");
+  EXPECT_EQ(soartune::to_text(s.reference.at("kv_page_size")), "32");
+  EXPECT_EQ(soartune::to_text(s.reference.at("max_prefill_tokens")), "256");
+  EXPECT_EQ(soartune::to_text(s.reference.at("weight_bits")), "16");
 }
 
 TEST_F(JobSpecTest, DefaultsWhenOptionalFieldsAreAbsent) {
-  search::Result<JobSpec> r = parse("model: synthetic:tiny\nworkload: small\nspace:\n  weight_bits: {type: choice, values: [16, 8]}\n");
+  soartune::Result<JobSpec> r = parse("model: synthetic:tiny\nworkload: small\nspace:\n  weight_bits: {type: choice, values: [16, 8]}\n");
   ASSERT_TRUE(r.ok()) << r.status().message;
   EXPECT_EQ(r.value().strategy, "bayes");
   EXPECT_EQ(r.value().backend, "auto");
@@ -96,17 +96,17 @@ TEST_F(JobSpecTest, DefaultsWhenOptionalFieldsAreAbsent) {
 
 TEST_F(JobSpecTest, TrialConfigOverlaysSuggestionOnReference) {
   JobSpec s = parse(good_spec()).value();
-  search::Config sug = {{"weight_bits", int64_t{4}}, {"weight_group_size", int64_t{32}},
+  soartune::Config sug = {{"weight_bits", int64_t{4}}, {"weight_group_size", int64_t{32}},
                         {"kv_cache_dtype", std::string("fp8_e4m3")}};
-  search::Config c = trial_config(s, sug);
-  EXPECT_EQ(search::to_text(c.at("weight_bits")), "4");
-  EXPECT_EQ(search::to_text(c.at("weight_group_size")), "32");
-  EXPECT_EQ(search::to_text(c.at("kv_page_size")), "32");          // from reference:
-  EXPECT_EQ(search::to_text(c.at("max_prefill_tokens")), "256");   // from fixed:
+  soartune::Config c = trial_config(s, sug);
+  EXPECT_EQ(soartune::to_text(c.at("weight_bits")), "4");
+  EXPECT_EQ(soartune::to_text(c.at("weight_group_size")), "32");
+  EXPECT_EQ(soartune::to_text(c.at("kv_page_size")), "32");          // from reference:
+  EXPECT_EQ(soartune::to_text(c.at("max_prefill_tokens")), "256");   // from fixed:
   // An inactive conditional parameter takes the reference value.
-  search::Config c16 = trial_config(s, {{"weight_bits", int64_t{16}}, {"kv_cache_dtype", std::string("bf16")}});
+  soartune::Config c16 = trial_config(s, {{"weight_bits", int64_t{16}}, {"kv_cache_dtype", std::string("bf16")}});
   EXPECT_EQ(c16.at("weight_group_size"), s.reference.at("weight_group_size"));
-  search::Config view = space_view(s, c16);
+  soartune::Config view = space_view(s, c16);
   EXPECT_EQ(view.count("weight_group_size"), 0u);
   EXPECT_EQ(view.count("kv_page_size"), 0u);
 }
@@ -133,7 +133,7 @@ TEST_F(JobSpecTest, TrialFileCarriesEverythingTheWorkerNeeds) {
 }
 
 TEST_F(JobSpecTest, InlineWorkload) {
-  search::Result<JobSpec> r =
+  soartune::Result<JobSpec> r =
       parse(with("workload", "workload: {name: mine, requests: [{input_len: 4, output_len: 4, count: 1}]}"));
   ASSERT_TRUE(r.ok()) << r.status().message;
   EXPECT_EQ(r.value().workload_name, "mine");

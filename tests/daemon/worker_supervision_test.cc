@@ -278,7 +278,7 @@ TEST(JobRunner, BadSpecWritesNothing) {
   JobManager jobs(cfg, Store::open(cfg.database).value());
   auto r = jobs.submit("model: synthetic:tiny\nworkload: nope\nspace: {weight_bits: {type: bool}}\n");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code, search::Code::kInvalidArgument);
+  EXPECT_EQ(r.status().code, soartune::Code::kInvalidArgument);
   EXPECT_TRUE(jobs.list_jobs(10, 0).empty());
   EXPECT_FALSE(std::filesystem::exists(cfg.work_dir));
 }

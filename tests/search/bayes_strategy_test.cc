@@ -217,7 +217,7 @@ TEST(BayesStrategyReference, ReferenceOutsideTheSpaceDoesNotHideAnInSpaceConfig)
   ASSERT_TRUE(space.ok()) << space.status().message;
   SearchProblem problem;
   problem.space = space.value();
-  problem.reference = Config{{"weight_bits", int64_t{16}}};
+  problem.reference = soartune::Config{{"weight_bits", int64_t{16}}};
   std::vector<Observation> history(1);
   history[0].config = problem.reference;
   history[0].outcome = Outcome::kComplete;

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "search/launch_knobs.h"
+#include "core/knob_catalogue.h"
 
 namespace soartune::search {
 namespace {
@@ -14,7 +14,7 @@ SearchProblem problem_for(const std::string& space_yaml, uint64_t seed = 1, Conf
   Result<Space> s = Space::parse(YAML::Load(space_yaml));
   EXPECT_TRUE(s.ok()) << s.status().message;
   p.space = s.value();
-  p.reference = reference_config(reference_overrides).value();
+  p.reference = core::reference_config(reference_overrides).value();
   p.seed = seed;
   return p;
 }

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "search/launch_knobs.h"
+#include "core/knob_catalogue.h"
 
 namespace soartune::search {
 namespace {
@@ -158,7 +158,7 @@ TEST(SpaceTest, ActiveAndCanonical) {
   EXPECT_TRUE(s.active(group, {{"weight_bits", int64_t{4}}}));
   EXPECT_FALSE(s.active(group, {}));
 
-  const Config defaults = default_config();
+  const Config defaults = core::default_config();
   // Inactive group size and knobs outside the space are dropped; missing active ones come from the defaults.
   Config c = s.canonical({{"weight_bits", int64_t{16}}, {"weight_group_size", int64_t{32}},
                           {"mem_fraction_pct", int64_t{90}}},
@@ -193,7 +193,7 @@ TEST(SpaceTest, NestedConditionsNeedTheParentActive) {
 
 TEST(SpaceTest, Validate) {
   Space s = parse(kFormatsSpace).value();
-  Config c = s.canonical({{"weight_bits", int64_t{4}}, {"weight_group_size", int64_t{64}}}, default_config());
+  Config c = s.canonical({{"weight_bits", int64_t{4}}, {"weight_group_size", int64_t{64}}}, core::default_config());
   c["max_prefill_tokens"] = int64_t{512};
   c["kv_page_size"] = int64_t{32};
   EXPECT_TRUE(s.validate(c).ok()) << s.validate(c).message;

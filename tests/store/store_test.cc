@@ -20,7 +20,7 @@ namespace soartune::daemon {
 namespace {
 
 namespace fs = std::filesystem;
-using search::Code;
+using soartune::Code;
 
 class StoreTest : public ::testing::Test {
  protected:

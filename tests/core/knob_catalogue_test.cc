@@ -1,10 +1,10 @@
-#include "search/launch_knobs.h"
+#include "core/knob_catalogue.h"
 
 #include <set>
 
 #include <gtest/gtest.h>
 
-namespace soartune::search {
+namespace soartune::core {
 namespace {
 
 TEST(LaunchKnobsTest, CatalogueHasEveryKnobOnceWithAnAllowedDefault) {
@@ -105,9 +105,9 @@ TEST(LaunchKnobsTest, ReferenceConfigOverlaysAndValidates) {
 }
 
 }  // namespace
-}  // namespace soartune::search
+}  // namespace soartune::core
 
-namespace soartune::search {
+namespace soartune::core {
 namespace {
 
 TEST(LaunchKnobsTest, LaunchConfigFromTextRoundTrips) {
@@ -145,4 +145,4 @@ TEST(LaunchKnobsTest, LaunchConfigFromYaml) {
 }
 
 }  // namespace
-}  // namespace soartune::search
+}  // namespace soartune::core

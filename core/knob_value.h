@@ -8,7 +8,7 @@
 #include <string>
 #include <variant>
 
-namespace soartune::search {
+namespace soartune {
 
 using Value = std::variant<bool, int64_t, std::string>;
 using Config = std::map<std::string, Value>;
@@ -23,4 +23,4 @@ Config config_from_text(const std::map<std::string, std::string>& m);
 // A stable key for "has this config been evaluated already": sorted name=value pairs.
 std::string config_key(const Config& c);
 
-}  // namespace soartune::search
+}  // namespace soartune

@@ -1,9 +1,9 @@
-#include "search/launch_knobs.h"
+#include "core/knob_catalogue.h"
 
 #include <algorithm>
 #include <charconv>
 
-namespace soartune::search {
+namespace soartune::core {
 
 namespace {
 
@@ -235,4 +235,4 @@ Result<Config> reference_config(const Config& overrides, const std::string& fiel
   return c;
 }
 
-}  // namespace soartune::search
+}  // namespace soartune::core

@@ -1,11 +1,12 @@
-// The one error type of the core libraries. The daemon maps it to a grpc::Status in one place.
+// The one error type of every layer (core, kernels' CPU side, engine, search, daemon). The daemon maps it to a
+// grpc::Status in one place (daemon/grpc_status.h).
 #pragma once
 
 #include <string>
 #include <utility>
 #include <variant>
 
-namespace soartune::search {
+namespace soartune {
 
 enum class Code { kOk, kInvalidArgument, kNotFound, kFailedPrecondition, kResourceExhausted, kInternal };
 
@@ -40,4 +41,4 @@ class Result {
   std::variant<T, Status> v_;
 };
 
-}  // namespace soartune::search
+}  // namespace soartune

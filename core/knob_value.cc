@@ -1,9 +1,9 @@
-#include "search/config.h"
+#include "core/knob_value.h"
 
 #include <charconv>
 #include <sstream>
 
-namespace soartune::search {
+namespace soartune {
 
 std::string to_text(const Value& v) {
   if (const bool* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
@@ -39,4 +39,4 @@ std::string config_key(const Config& c) {
   return os.str();
 }
 
-}  // namespace soartune::search
+}  // namespace soartune

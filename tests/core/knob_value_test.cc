@@ -1,8 +1,8 @@
-#include "search/config.h"
+#include "core/knob_value.h"
 
 #include <gtest/gtest.h>
 
-namespace soartune::search {
+namespace soartune {
 namespace {
 
 TEST(ConfigTest, ValueTextRoundTrips) {
@@ -43,4 +43,4 @@ TEST(ConfigTest, KeyIsStableAndDistinguishesConfigs) {
 }
 
 }  // namespace
-}  // namespace soartune::search
+}  // namespace soartune

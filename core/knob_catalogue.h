@@ -11,10 +11,10 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "search/config.h"
-#include "search/status.h"
+#include "core/knob_value.h"
+#include "core/status.h"
 
-namespace soartune::search {
+namespace soartune::core {
 
 enum class KnobType { kInt, kString, kBool };
 
@@ -66,4 +66,4 @@ Config default_config();
 // Defaults overlaid with `overrides` (e.g. the job spec's `reference:`), every override validated.
 Result<Config> reference_config(const Config& overrides, const std::string& field = "reference");
 
-}  // namespace soartune::search
+}  // namespace soartune::core
