@@ -17,7 +17,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // of a 16-byte block holds its values 8j .. 8j + 7, weight_format.h), int8 8 bytes, fp16 16 bytes, so a
 // warp reads and writes contiguous bytes. Each value is value * scale rounded to bf16 once. (Element by element,
 // 2-byte stores 64 bytes apart across a warp, the expansion took 2.2-2.4 ms a llama3-8b layer, 20x its bytes
-// at the copy rate: docs/PERF.md run 57.)
+// at the copy rate: docs/perf-log run 57.)
 template <WeightFormat F>
 __global__ void __launch_bounds__(256) dequant_kernel(const uint8_t* w, const float* scales, __nv_bfloat16* out,
                                                        int n, int k, int group) {

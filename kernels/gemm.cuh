@@ -2,7 +2,7 @@
 // out). Quantised and fp16 weights are first expanded to a bf16 copy of the layer in a scratch buffer
 // (dequantize_to_bf16), then multiplied: the expansion moves weight_bytes + 2 n k bytes (0.18-0.21 ms a
 // llama3-8b layer on the H200). The engine sends bf16 layers here above 8 rows and the others (which need
-// the expansion) above 32; below, the GEMV (gemv.cuh, dequantisation fused) measures faster (docs/PERF.md runs 57-60).
+// the expansion) above 32; below, the GEMV (gemv.cuh, dequantisation fused) measures faster (docs/perf-log runs 57-60).
 //
 // X bf16 [m][k] (row stride ldx), Y fp32 [m][n] (row stride ldy), W DeviceLinear (weight_format.h).
 // Bytes per call: m k 2 + n k 2 + m n 4 (+ the expansion). FLOPs per call: 2 m n k.

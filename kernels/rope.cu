@@ -103,7 +103,7 @@ std::string rope_kv_can_implement(const RopeKvArgs& a) {
 cudaError_t rope_kv_write_run(const RopeKvArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
   // Few tokens (decode): a head per CTA; many (prefill): all of a token's heads share one CTA and its angles
-  // (8 heads a CTA measured 2.8 ms over a 4k llama3-8b prefill, 1.1 TB/s: docs/PERF.md run 17).
+  // (8 heads a CTA measured 2.8 ms over a 4k llama3-8b prefill, 1.1 TB/s: docs/perf-log run 17).
   const int n_all = a.n_heads + 2 * a.n_kv_heads;
   const int heads_per_cta = a.tokens >= 64 ? n_all : 1;
   const dim3 grid(a.tokens, (a.n_heads + 2 * a.n_kv_heads + heads_per_cta - 1) / heads_per_cta);

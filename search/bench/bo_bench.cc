@@ -2,7 +2,7 @@
 // gated score, on documented landscapes, over many seeds; and the Bayesian suggestion time at 300 trials.
 //
 // Landscapes (every trial's truth is a fixed function; the search sees it through measurement noise):
-//   race    A model of the race (docs/PERF.md, "Search"): weight bits / group / attention override / KV dtype /
+//   race    A model of the race (docs/perf-log, search benches): weight bits / group / attention override / KV dtype /
 //           batch and prefill limits / CUDA graphs. Durations of the three tiers from a roofline-like formula,
 //           relative accuracy from per-knob penalties, failures (out of memory, graph capture) in regions.
 //           Measurement noise: 2% on durations (log-normal), 0.3 points on accuracy.

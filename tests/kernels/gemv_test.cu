@@ -90,7 +90,7 @@ TEST(GemvCanImplement, RejectsBadKnobsAndShapesWithTheField) {
   EXPECT_TRUE(refused_for_batch(gemv_can_implement(a, "m1w16s6k2"), a.batch)) << gemv_can_implement(a, "m1w16s6k2");
 }
 
-// auto's choice by shape and batch (docs/PERF.md runs 39-40): quantised layers with more rows than columns
+// auto's choice by shape and batch (docs/perf-log runs 39-40): quantised layers with more rows than columns
 // take m1w8u2b4 (registers for four CTAs an SM) up to batch 8 and m1w8u2 above; the others m1w16u2. Needs no
 // GPU for these direct variants (16-bit layers at batch 1 take the pipelined form only on sm_90, so they are
 // left out here).
