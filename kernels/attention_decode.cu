@@ -54,7 +54,7 @@ struct CtaWork {
 
 // How many of the plan's splits a sequence of seq_len tokens uses: a plan's splits are sized for the longest
 // context a captured graph may see; a shorter sequence spreads over fewer of them, at least min_split_tokens
-// each (at batch 1, context 512 and a 4k max_context: 9 of 32, docs/PERF.md run 42). The combine reads only these.
+// each (at batch 1, context 512 and a 4k max_context: 9 of 32, docs/perf-log run 42). The combine reads only these.
 __device__ __forceinline__ int used_splits(const DecodeParams& p, int seq_len) {
   return max(1, min(p.splits, (seq_len + p.min_split_tokens - 1) / p.min_split_tokens));
 }

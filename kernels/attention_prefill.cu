@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(threads_for(BM)) prefill_attention_kernel(Pref
 // different banks. S = Q K^T stays in registers and becomes P's A fragments directly.
 // 32 rows a warp (each K and V fragment read from shared memory feeding two MMAs, 4 warps at up to 255
 // registers) was built and measured slower on the H200: 0.606 against 0.591 ms for a 4k bf16 layer, fp8
-// 0.722 against 0.666 (docs/PERF.md run 16).
+// 0.722 against 0.666 (docs/perf-log run 16).
 // K/V tiles are double-buffered: tile i+1 is in flight while tile i is multiplied (16-bit caches: cp.async
 // straight into shared memory; fp8 caches: 16-byte loads into registers, widened and stored after the
 // tile's MMAs), so one barrier per tile remains and the loads no longer wait on the MMAs.

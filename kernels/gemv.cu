@@ -200,7 +200,7 @@ __device__ __forceinline__ void store_rows(const KernelArgs& a, const float* red
   };
   // The loops stay rolled (`unroll 1`; so does the pipelined form's producer loop): at batch <= 8 most
   // variants have a thread for every output, so the copies the compiler unrolled only lengthened the code.
-  // Measured with both against without, same call (docs/PERF.md run 52): int4 g128 decode b8 2.829 -> 2.739
+  // Measured with both against without, same call (docs/perf-log run 52): int4 g128 decode b8 2.829 -> 2.739
   // ms, int8 b8 -0.8%, the rest level or better.
   if (a.swiglu) {  // rows 16q .. 16q + 7 are gate rows 8q .., the next eight the matching up rows
 #pragma unroll 1
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
 // The same with registers capped so that MB CTAs fit an SM (more warps to hide the loads); launched at batch
 // <= 8 only (one batch tile), larger batches take gemv_kernel. (A separate kernel: even a minimum of one CTA
 // changes ptxas's register choice, 76 -> 84 for int4 m1w8u2, which fits two of its CTAs an SM instead of
-// three: int4 g128 decode 2.25 -> 2.64 ms, docs/PERF.md run 39.)
+// three: int4 g128 decode 2.25 -> 2.64 ms, docs/perf-log run 39.)
 template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB>
 __global__ void __launch_bounds__(W * 32, MB) gemv_capped_kernel(const KernelArgs a) {
   gemv_body<F, M, W, U, NT, SA>(a);
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
     const uint64_t policy = l2_evict_first_policy();
     // Scale rows start 16-byte aligned when groups_per_row % 4 == 0; prefetched whole (else not at all).
     const uint32_t scale_row_bytes = kQuant && groups_per_row % 4 == 0 ? uint32_t(groups_per_row) * 4 : 0;
-    // Rolled (`unroll 1`, with store_rows' loops; docs/PERF.md run 52): otherwise unrolled three times.
+    // Rolled (`unroll 1`, with store_rows' loops; docs/perf-log run 52): otherwise unrolled three times.
 #pragma unroll 1
     for (int it = 0; it < total; ++it) {
       const int tile = int(blockIdx.x) + (it / spt) * int(gridDim.x), st = it % spt;
@@ -841,7 +841,7 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
   GemvPlan p;
   p.n_tiles = (a.batch + 7) / 8;
   if (variant == "auto") {
-    // By shape, as measured per layer on the H200 (docs/PERF.md runs 12 and 18, llama3-8b). Layers with more
+    // By shape, as measured per layer on the H200 (docs/perf-log runs 12 and 18, llama3-8b). Layers with more
     // rows than columns (qkv, gate|up, lm_head) are fastest with m1w8u2: its 256-thread CTAs fit three (int4)
     // to five (bf16) an SM, so qkv's 384 row tiles run in one wave (m1w16u2 fits two, 1.45 waves); bf16 b1
     // qkv 0.594 against 0.646 ms, gate_up 2.083 against 2.146, int4 g128 b8 qkv 0.403 against 0.485. The
@@ -853,7 +853,7 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     p.variant = find_variant(tall && a.w.format != WeightFormat::kInt8 ? "m1w8u2" : "m1w16u2");
     // Quantised tall layers at batch <= 8: m1w8u2 with registers for four CTAs an SM (64 instead of 76-84;
     // the kernel is issue- and latency-bound with about 1.6 eligible warps a scheduler at three). Whole-model
-    // decode against the rule above, same call (docs/PERF.md run 40): int4 g128 b1 2.136 against 2.24 ms,
+    // decode against the rule above, same call (docs/perf-log run 40): int4 g128 b1 2.136 against 2.24 ms,
     // int4 g32 2.284 against 2.36 (b8 2.84 against 2.97); int8 b1 3.035 against 3.13 with m1w16u2 (and
     // 3.02-3.04 with plain m1w8u2: int8's tall layers no longer want 16 warps since its scales moved after
     // the mma). Capping the other layers' m1w16u2 at three CTAs (40 registers, spills) or m1w8u2 at five was

@@ -7,7 +7,7 @@
 // first global write (it returns once every earlier kernel of the stream has completed and its writes are
 // visible), and pdl_launch_dependents() as early as it likes (it only lets the next kernel be scheduled).
 // Both are no-ops on older GPUs and when the launch did not allow PDL. PDL is on unless SOARTUNE_PDL=0 is in
-// the environment (read once): measured on the H200 (docs/PERF.md, runs 7-9, same binary with and without)
+// the environment (read once): measured on the H200 (docs/perf-log, runs 7-9, same binary with and without)
 // it makes every decode step 0.1-0.23 ms faster, at context 512 and at 32k. (With an earlier decode-attention
 // kernel it slowed the 32k steps, run 6; that kernel is gone.)
 #pragma once
@@ -42,7 +42,7 @@ inline bool pdl_enabled() {
 // Whether the kernels that used to let their dependents in only after their own wait (RMSNorm, decode
 // attention and its split combine) do it at their start, and decode attention asks for its first KV slices
 // before its wait. On unless SOARTUNE_PDL_EARLY=0 (read once), the switch for the side-by-side in
-// docs/PERF.md run 38. A dependent let in early still waits for this kernel's completion before it reads
+// docs/perf-log run 38. A dependent let in early still waits for this kernel's completion before it reads
 // what this kernel writes (pdl_wait() returns only once the whole chain before it has completed), so this
 // moves only when CTAs become resident and start their own prefetches (weights, earlier KV), never results.
 inline bool pdl_early() {

@@ -459,7 +459,7 @@ bool CudaModel::norm_fusable(const kn::DeviceLinear& w, int rows) const {
 namespace {
 
 // Rows up to which a layer takes the GEMV rather than the GEMM, by format: measured on one llama3-8b layer's
-// four linears on the H200 (docs/PERF.md run 59, `soartune-bench --only linear`): for bf16 weights cuBLAS is
+// four linears on the H200 (docs/perf-log run 59, `soartune-bench --only linear`): for bf16 weights cuBLAS is
 // level at 8 rows and 17-30% faster from 12 to 32 (0.137 against 0.198 ms at 32); int8 / int4 keep the GEMV up
 // to its 32 rows (at 32: 0.18-0.21 ms against 0.32 for the expansion to bf16 plus cuBLAS; level at 48). fp16
 // weights need that expansion too and keep the GEMV up to 32 (not measured at full size).
