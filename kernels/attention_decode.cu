@@ -3,6 +3,7 @@
 #include "kernels/launch.cuh"
 
 #include <cmath>
+#include <string>
 #include <type_traits>
 
 #include "kernels/attention_common.cuh"
@@ -39,7 +40,6 @@ struct DecodeParams {
   float mma_q_scale;  // softmax_scale * log2(e): the tensor-core kernel's q (rounded to 16 bits) ...
   float mma_s_scale;  // ... and k_scale for fp8 applied to its fp32 scores, so a small k_scale never meets fp16's range
   float out_scale;    // v_scale for fp8 caches, else 1: applied once to the output, not per element
-  bool early;         // pdl_early(): let the dependents in at the start, ask for KV before the wait
   int min_split_tokens;  // a sequence of L tokens uses min(splits, ceil(L / this)) of its splits
   float* part_o;      // [batch][n_heads][splits][head_dim]   (splits > 1)
   float* part_lse;    // [batch][n_heads][splits], log2 domain
@@ -102,7 +102,7 @@ __device__ __forceinline__ void store_result(const DecodeParams& p, const CtaWor
 // number of resident CTAs, not the bytes in flight per CTA, sets the rate; kernels/attention.md.)
 template <KvCacheDtype KV, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
-  if (p.early) pdl_launch_dependents();  // else the next kernel is let in when these CTAs exit
+  pdl_launch_dependents();  // the combine (or o projection) may become resident now (launch.cuh)
   pdl_wait();
   constexpr int kVec = kKvVec<KV>;
   constexpr int kLanes = D / kVec;            // threads per token row
@@ -342,8 +342,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
 #else
   // The combine (or o projection) may become resident now and start its own prefetches: with a few dozen
   // CTAs at short context most SMs would otherwise idle through this kernel.
-  if (p.early) pdl_launch_dependents();
-  if (!kAhead || !p.early) pdl_wait();  // else the slice-ahead form waits after its first loads (below)
+  pdl_launch_dependents();
+  if (!kAhead) pdl_wait();  // else the slice-ahead form waits after its first loads (below)
   using T = std::conditional_t<KV == KvCacheDtype::kBf16, __nv_bfloat16, __half>;
   using C = MmaChunks<KV, D>;
   constexpr bool kFp8 = kKvBytes<KV> == 1;
@@ -515,7 +515,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
     // the previous kernel's drain; the newest token's row, which RoPE writes just before this kernel, is left
     // out of those loads and its slice is loaded again after the wait, through L2.
     uint32_t kw0[2][C::kKWords], vw0[4][C::kVWords], kw1[2][C::kKWords], vw1[4][C::kVWords];
-    const int newest = p.early && end == cw.seq_len ? end - 1 : -1;  // in this split, or -1
+    const int newest = end == cw.seq_len ? end - 1 : -1;  // in this split, or -1
     if (first < end) load_slice(first, kw0, vw0, newest, std::false_type{});
     if (first + kStride < end) load_slice(first + kStride, kw1, vw1, newest, std::false_type{});
     pdl_wait();
@@ -572,9 +572,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_mma_kernel(DecodePa
 // Merges the splits of one (sequence, query head) by their log-sum-exp.
 template <int D>
 __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p) {
-  if (p.early) pdl_launch_dependents();  // the o projection may start its weight loads
+  pdl_launch_dependents();  // the o projection may start its weight loads
   pdl_wait();
-  if (!p.early) pdl_launch_dependents();
   // The splits' log-sum-exps in one round trip (a thread each), then each thread's partial outputs eight
   // loads at a time: the merge is a few L2 latencies, not one a split (4.7 us at 16 splits before, run 23).
   __shared__ float lse_s[kMaxSplits];
@@ -664,8 +663,9 @@ std::string decode_attention_plan(const DecodeAttentionArgs& a, int requested_sp
                                   DecodeAttentionPlan* plan, bool allow_tensor_cores) {
   std::string err = decode_attention_can_implement(a);
   if (!err.empty()) return err;
-  if (requested_splits < 0 || requested_splits > kMaxSplits || (requested_splits & (requested_splits - 1)) != 0)
-    return "decode_kv_splits: allowed 0, 1, 2, 4, 8, 16, 32, 64, 128";
+  if (!core::decode_kv_splits_allowed(requested_splits))
+    return "decode_kv_splits: " + std::to_string(requested_splits) + " is not one of " +
+           core::allowed_list(core::kDecodeKvSplits);
   DecodeAttentionPlan p;
   p.group_size = a.n_heads / a.n_kv_heads;
   p.heads_per_cta = heads_per_cta_for(p.group_size);
@@ -717,7 +717,6 @@ cudaError_t decode_attention_run(const DecodeAttentionArgs& a, const DecodeAtten
   p.mma_q_scale = scale * kLog2e;
   p.mma_s_scale = fp8 ? a.k_scale : 1.f;
   p.out_scale = fp8 ? a.v_scale : 1.f;
-  p.early = pdl_early();
   p.min_split_tokens = plan.tensor_cores ? kWarps * kSlice : 2 * kTile;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + size_t(a.batch) * a.n_heads * plan.kv_splits * a.head_dim : nullptr;

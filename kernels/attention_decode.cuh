@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/kernel_variants.h"
 #include "kernels/attention_paged.h"
 
 namespace soartune::kernels {
@@ -71,10 +72,10 @@ struct DecodeAttentionPlan {
 // naming the field and the allowed values.
 std::string decode_attention_can_implement(const DecodeAttentionArgs& args);
 
-// The most KV splits a plan may use (decode_kv_splits knob: 0 or a power of two up to this).
-inline constexpr int kDecodeMaxKvSplits = 128;
+// The most KV splits a plan may use (decode_kv_splits knob: core::kDecodeKvSplits).
+using core::kDecodeMaxKvSplits;
 
-// Fills *plan. requested_splits: the decode_kv_splits knob, 0 or a power of two 1..128; 0 chooses from
+// Fills *plan. requested_splits: the decode_kv_splits knob, one of core::kDecodeKvSplits; 0 chooses from
 // max_seq_len, batch * n_kv_heads and sm_count (tensor cores: at most two CTAs per SM, at least 64 tokens per
 // split; SIMT: about three CTAs per SM, at least 128 tokens per split).
 // allow_tensor_cores = false forces the SIMT variant (the tensor-core one needs head_dim 64 or 128 and code

@@ -39,18 +39,6 @@ inline constexpr const char* kv_dtype_name(KvCacheDtype t) {
   return "?";
 }
 
-// Parses the kv_cache_dtype knob value; false for anything else.
-inline bool parse_kv_dtype(std::string_view s, KvCacheDtype* out) {
-  for (KvCacheDtype t : {KvCacheDtype::kBf16, KvCacheDtype::kFp16, KvCacheDtype::kFp8E4M3,
-                         KvCacheDtype::kFp8E5M2}) {
-    if (s == kv_dtype_name(t)) {
-      *out = t;
-      return true;
-    }
-  }
-  return false;
-}
-
 // Shape of one layer's K (or V) cache; offsets are in elements.
 struct PagedKvLayout {
   int n_kv_heads = 0;

@@ -1,7 +1,10 @@
 #include "kernels/attention_prefill.cuh"
 
 #include <cmath>
+#include <iterator>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/attention_common.cuh"
 
@@ -559,14 +562,20 @@ cudaError_t launch_bm(const PrefillParams& p, const PrefillAttentionPlan& plan, 
   return cudaGetLastError();
 }
 
+// Each block of core::kPrefillAttnBlocks is instantiated and dispatched here (no second list).
+template <KvCacheDtype KV, int D, size_t... I>
+cudaError_t launch_blocks(const PrefillParams& p, const PrefillAttentionPlan& plan, cudaStream_t stream,
+                          std::index_sequence<I...>) {
+  cudaError_t e = cudaErrorInvalidValue;
+  ((plan.block_m == core::kPrefillAttnBlocks[I] ? (e = launch_bm<KV, D, core::kPrefillAttnBlocks[I]>(p, plan, stream), true)
+                                                : false) ||
+   ...);
+  return e;
+}
+
 template <KvCacheDtype KV, int D>
 cudaError_t launch_d(const PrefillParams& p, const PrefillAttentionPlan& plan, cudaStream_t stream) {
-  switch (plan.block_m) {
-    case 32: return launch_bm<KV, D, 32>(p, plan, stream);
-    case 64: return launch_bm<KV, D, 64>(p, plan, stream);
-    case 128: return launch_bm<KV, D, 128>(p, plan, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return launch_blocks<KV, D>(p, plan, stream, std::make_index_sequence<std::size(core::kPrefillAttnBlocks)>{});
 }
 
 template <KvCacheDtype KV>
@@ -594,7 +603,8 @@ std::string prefill_attention_plan(const PrefillAttentionArgs& a, int block_m, P
                                    bool allow_tensor_cores) {
   std::string err = prefill_attention_can_implement(a);
   if (!err.empty()) return err;
-  if (block_m != 32 && block_m != 64 && block_m != 128) return "prefill_attn_block: allowed 32, 64, 128";
+  if (!core::prefill_attn_block_allowed(block_m))
+    return "prefill_attn_block: " + std::to_string(block_m) + " is not one of " + core::allowed_list(core::kPrefillAttnBlocks);
   PrefillAttentionPlan p;
   p.block_m = block_m;
   p.tensor_cores = allow_tensor_cores && a.head_dim <= 128 && mma_kernels_runnable();

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/kernel_variants.h"
 #include "kernels/attention_paged.h"
 
 namespace soartune::kernels {
@@ -54,7 +55,7 @@ struct PrefillAttentionArgs {
 };
 
 struct PrefillAttentionPlan {
-  int block_m = 64;          // query rows per CTA (prefill_attn_block knob: 32, 64, 128)
+  int block_m = 64;          // query rows per CTA (prefill_attn_block knob: core::kPrefillAttnBlocks)
   bool tensor_cores = true;  // mma.sync variant or SIMT fp32; the plan picks tensor cores when allowed,
                              // head_dim <= 128 and the build holds sm_80+ code for the device
   int block_n = 64;          // KV tokens per tile (64 tensor cores, 32 SIMT)
@@ -68,7 +69,7 @@ struct PrefillAttentionPlan {
 // "" when implementable, else a message naming the field and the allowed values.
 std::string prefill_attention_can_implement(const PrefillAttentionArgs& args);
 
-// block_m: the prefill_attn_block knob (32, 64 or 128). allow_tensor_cores = false forces the SIMT variant.
+// block_m: the prefill_attn_block knob (one of core::kPrefillAttnBlocks). allow_tensor_cores = false forces the SIMT variant.
 // Returns "" or an error message.
 std::string prefill_attention_plan(const PrefillAttentionArgs& args, int block_m, PrefillAttentionPlan* plan,
                                    bool allow_tensor_cores = true);

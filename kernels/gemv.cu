@@ -1,5 +1,6 @@
 #include "kernels/gemv.cuh"
 
+#include "core/kernel_variants.h"
 #include "kernels/bulk_copy.cuh"
 #include "kernels/launch.cuh"
 
@@ -7,8 +8,9 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace soartune::kernels {
@@ -359,10 +361,9 @@ __global__ void __launch_bounds__(W * 32, MB) gemv_capped_kernel(const KernelArg
 // Where x fits beside the stages, the consumers read it from shared memory, staged once a CTA ([batch][k]
 // bf16, rows 2k + 64 bytes apart), so its loads never wait on L1 / L2 inside the loop; a fused RMSNorm is
 // computed from the fp32 residual stream by that staging (and so needs the room). Else x comes from L1 / L2.
-__host__ __device__ constexpr size_t pipe_smem_bytes(int W, int S, int RB, int NT) {
-  return size_t(S) * 16 * (RB + 64) + 2 * S * sizeof(uint64_t) + size_t(W) * 16 * (8 * NT + 1) * sizeof(float);
-}
-constexpr size_t kPipeSmemLimit = 227 * 1024;
+// (Its shared memory without x: core::gemv_pipe_smem_bytes, which the variant table's can_implement checks.)
+constexpr size_t pipe_smem_bytes(int W, int S, int RB, int NT) { return core::gemv_pipe_smem_bytes(W, S, RB, NT); }
+constexpr size_t kPipeSmemLimit = core::kGemvPipeSmemLimit;
 inline size_t pipe_x_bytes(int batch, int k) { return size_t(batch) * (size_t(k) * 2 + 64); }
 
 template <WeightFormat F, int W, int S, int RB, int NT, bool XS, bool SA>
@@ -571,27 +572,9 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) gemv_pipe_kernel(const Kernel
   }
 }
 
-struct Variant {
-  const char* name;
-  int m_tiles, warps, unroll;
-  int stages;  // > 0: gemv_pipe_kernel with this many shared-memory stages ...
-  int row_kb;  // ... of 16 rows x this many KB
-};
-
-constexpr Variant kVariants[] = {
-    {"m1w8u2", 1, 8, 2, 0, 0},
-    {"m1w8u4", 1, 8, 4, 0, 0},
-    {"m2w8u2", 2, 8, 2, 0, 0},
-    {"m2w4u4", 2, 4, 4, 0, 0},
-    {"m1w16u2", 1, 16, 2, 0, 0},
-    {"m1w8s3k4", 1, 8, 0, 3, 4},    // 3 stages of 16 rows x 4 KB, 8 consumer warps
-    {"m1w16s4k2", 1, 16, 0, 4, 2},  // 4 x 2 KB, 16 consumer warps
-    {"m1w16s8k1", 1, 16, 0, 8, 1},  // 8 x 1 KB, 16 consumer warps
-    {"m1w16s6k2", 1, 16, 0, 6, 2},  // 6 x 2 KB, 16 consumer warps (batch <= 24: the reduction buffer of 32
-                                    // batch columns does not fit beside 192 KB of stages)
-    {"m1w8u2b4", 1, 8, 2, 0, 0},    // m1w8u2 with registers for four CTAs an SM (batch <= 8)
-};
-constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+using core::GemvVariant;
+using core::kGemvVariants;
+using core::kNumGemvVariants;
 
 // Quantised layers whose scale groups span whole steps (four chunks of a quad, group % (4 * values a chunk)
 // == 0: int4 g128 / g256 / per row, int8 g64 and up) scale each step's fp32 partial sums once a row instead of
@@ -664,21 +647,28 @@ cudaError_t launch_pipe(const KernelArgs& ka, int n_tiles, int grid, cudaStream_
   }
 }
 
+// Variant I of core::kGemvVariants, its tile parameters as template arguments: the kernels instantiated are
+// exactly the table's (a variant added there is compiled and dispatched here, with no second list).
+template <WeightFormat F, int I>
+cudaError_t launch_variant(const KernelArgs& ka, const GemvPlan& p, cudaStream_t stream) {
+  constexpr GemvVariant v = kGemvVariants[I];
+  if constexpr (v.pipelined())
+    return launch_pipe<F, v.warps, v.stages, v.row_kb * 1024>(ka, p.n_tiles, p.grid, stream);
+  else
+    return launch_nt<F, v.m_tiles, v.warps, v.unroll, v.min_ctas>(ka, p.n_tiles, p.grid, stream);
+}
+
+template <WeightFormat F, int... I>
+cudaError_t launch_indexed(const KernelArgs& ka, const GemvPlan& p, cudaStream_t stream,
+                           std::integer_sequence<int, I...>) {
+  cudaError_t e = cudaErrorInvalidValue;
+  ((p.variant == I ? (e = launch_variant<F, I>(ka, p, stream), true) : false) || ...);
+  return e;
+}
+
 template <WeightFormat F>
 cudaError_t launch_format(const KernelArgs& ka, const GemvPlan& p, cudaStream_t stream) {
-  switch (p.variant) {
-    case 5: return launch_pipe<F, 8, 3, 4096>(ka, p.n_tiles, p.grid, stream);
-    case 6: return launch_pipe<F, 16, 4, 2048>(ka, p.n_tiles, p.grid, stream);
-    case 7: return launch_pipe<F, 16, 8, 1024>(ka, p.n_tiles, p.grid, stream);
-    case 8: return launch_pipe<F, 16, 6, 2048>(ka, p.n_tiles, p.grid, stream);
-    case 0: return launch_nt<F, 1, 8, 2>(ka, p.n_tiles, p.grid, stream);
-    case 1: return launch_nt<F, 1, 8, 4>(ka, p.n_tiles, p.grid, stream);
-    case 2: return launch_nt<F, 2, 8, 2>(ka, p.n_tiles, p.grid, stream);
-    case 3: return launch_nt<F, 2, 4, 4>(ka, p.n_tiles, p.grid, stream);
-    case 4: return launch_nt<F, 1, 16, 2>(ka, p.n_tiles, p.grid, stream);
-    case 9: return launch_nt<F, 1, 8, 2, 4>(ka, p.n_tiles, p.grid, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return launch_indexed<F>(ka, p, stream, std::make_integer_sequence<int, kNumGemvVariants>{});
 }
 
 int values_per_chunk(WeightFormat f) {
@@ -689,34 +679,29 @@ int values_per_chunk(WeightFormat f) {
   }
 }
 
-int find_variant(const std::string& name) {
-  for (int i = 0; i < kNumVariants; ++i)
-    if (name == kVariants[i].name) return i;
-  return -1;
-}
+int weight_bits(WeightFormat f) { return f == WeightFormat::kInt4 ? 4 : f == WeightFormat::kInt8 ? 8 : 16; }
 
-// The direct variant named by environment variable `name`, or -1 (unset, unknown or pipelined).
-int direct_variant_from_env(const char* name) {
-  const char* e = std::getenv(name);
-  const int v = e ? find_variant(e) : -1;
-  return v >= 0 && kVariants[v].stages == 0 ? v : -1;
-}
-
+// The variants auto chooses among (indices into core::kGemvVariants, checked when this file compiles).
+constexpr int kTallDirect = core::gemv_variant_index("m1w8u2");
+constexpr int kWideDirect = core::gemv_variant_index("m1w16u2");
+constexpr int kTallCapped = core::gemv_variant_index("m1w8u2b4");
+constexpr int kPipe4 = core::gemv_variant_index("m1w16s4k2");
+constexpr int kPipe6 = core::gemv_variant_index("m1w16s6k2");
+static_assert(kTallDirect >= 0 && kWideDirect >= 0 && kTallCapped >= 0 && kPipe4 >= 0 && kPipe6 >= 0,
+              "auto names a variant core::kGemvVariants does not hold");
 // The pipelined variant a fused RMSNorm takes under "auto".
-constexpr const char* kNormVariant = "m1w16s4k2";
+constexpr int kNormVariant = kPipe4;
 
-size_t pipe_smem_bytes_of(const Variant& v, int n_tiles) {
-  return pipe_smem_bytes(v.warps, v.stages, v.row_kb * 1024, n_tiles);
+size_t pipe_smem_bytes_of(const GemvVariant& v, int batch) { return core::gemv_pipe_smem_bytes(v, batch); }
+
+bool pipe_fits_with_x(const GemvVariant& v, const GemvArgs& a) {
+  return pipe_smem_bytes_of(v, a.batch) + pipe_x_bytes(a.batch, a.w.k) <= kPipeSmemLimit;
 }
 
-bool pipe_fits_with_x(const Variant& v, const GemvArgs& a) {
-  return pipe_smem_bytes_of(v, (a.batch + 7) / 8) + pipe_x_bytes(a.batch, a.w.k) <= kPipeSmemLimit;
-}
-
-std::string pipelined_variants() {
+std::string variants_where(bool pipelined) {
   std::string s;
-  for (const Variant& v : kVariants)
-    if (v.stages > 0) s += (s.empty() ? "" : ", ") + std::string(v.name);
+  for (const GemvVariant& v : kGemvVariants)
+    if (v.pipelined() == pipelined) s += (s.empty() ? "" : ", ") + std::string(v.name);
   return s;
 }
 
@@ -741,12 +726,6 @@ int device_sms() {
   return sms;
 }
 
-std::string allowed_variants() {
-  std::string s = "auto";
-  for (const Variant& v : kVariants) s += std::string(", ") + v.name;
-  return s;
-}
-
 }  // namespace
 
 void interleave_gate_up(uint8_t* rows, size_t row_bytes, float* scales, size_t scales_per_row, int f) {
@@ -764,28 +743,12 @@ void interleave_gate_up(uint8_t* rows, size_t row_bytes, float* scales, size_t s
   }
 }
 
-const std::vector<std::string>& gemv_variant_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const Variant& x : kVariants) v.push_back(x.name);
-    return v;
-  }();
-  return names;
-}
-
 std::string gemv_can_implement(const GemvArgs& a, const std::string& variant) {
-  if (variant != "auto" && find_variant(variant) < 0)
-    return "gemv_variant: " + variant + " is not one of " + allowed_variants();
   const int f = static_cast<int>(a.w.format);
   if (f < 0 || f > 3) return "weight format: " + std::to_string(f) + " is not one of bf16, fp16, int8, int4";
-  if (a.batch < 1 || a.batch > kGemvMaxBatch)
-    return "batch: " + std::to_string(a.batch) + " is not in 1.." + std::to_string(kGemvMaxBatch);
-  const int v = values_per_chunk(a.w.format);
-  if (a.w.n < 1) return "n: must be >= 1";
-  if (a.w.k > kGemvMaxK) return "k: " + std::to_string(a.w.k) + " is over " + std::to_string(kGemvMaxK);
-  if (a.w.k < v || a.w.k % v != 0)
-    return "k: " + std::to_string(a.w.k) + " is not a positive multiple of " + std::to_string(v) + " for " +
-           weight_format_name(a.w.format);
+  const core::GemvShape shape{a.w.n, a.w.k, a.batch, weight_bits(a.w.format), is_quantized(a.w.format) ? a.w.group : 0};
+  std::string err = core::gemv_can_implement(variant, shape);
+  if (!err.empty()) return err;
   if (!a.w.w || !(a.x || a.norm_residual) || !a.y) return "pointers: w, x and y must be device pointers";
   if (a.accumulate && a.out_bf16) return "accumulate: only into an fp32 y (out_bf16 is set)";
   if (a.swiglu && (a.accumulate || !a.out_bf16))
@@ -797,41 +760,25 @@ std::string gemv_can_implement(const GemvArgs& a, const std::string& variant) {
     return "pointers: w, x, norm_residual and norm_gamma must be 16-byte aligned";
   const int64_t xs = a.x_stride ? a.x_stride : a.w.k;
   if (xs % 8 != 0) return "x_stride: must be a multiple of 8 elements";
-  const bool pipelined = variant != "auto" && kVariants[find_variant(variant)].stages > 0;
+  const int index = core::gemv_variant_index(variant);  // -1 for auto
+  const bool pipelined = index >= 0 && kGemvVariants[index].pipelined();
   if (a.norm_residual) {
-    if (!pipelined && variant != "auto")
-      return "gemv_variant: " + variant + " cannot fuse RMSNorm; the pipelined variants can (" + pipelined_variants() + ")";
+    if (!pipelined && index >= 0)
+      return "gemv_variant: " + variant + " cannot fuse RMSNorm; the pipelined variants can (" +
+             variants_where(true) + ")";
     if (a.batch > kGemvMaxNormBatch)
       return "batch: " + std::to_string(a.batch) + " rows; a fused RMSNorm allows 1.." +
              std::to_string(kGemvMaxNormBatch);
     if (!a.norm_gamma) return "norm_gamma: a fused RMSNorm needs gamma";
-  }
-  if (pipelined) {
-    const Variant& v = kVariants[find_variant(variant)];
-    const size_t base = pipe_smem_bytes_of(v, (a.batch + 7) / 8);
-    if (base > kPipeSmemLimit) {
-      int most = 0;
-      for (int nt = 1; nt <= 4; ++nt)
-        if (pipe_smem_bytes_of(v, nt) <= kPipeSmemLimit) most = 8 * nt;
-      return "batch: " + std::to_string(a.batch) + " rows; " + v.name + "'s stages and reduction need " +
-             std::to_string(base) + " bytes of shared memory, over " + std::to_string(kPipeSmemLimit) +
-             "; it allows batch 1.." + std::to_string(most);
-    }
-  }
-  if (a.norm_residual) {  // the fused RMSNorm is staged in shared memory beside the stages
-    const Variant& v = kVariants[pipelined ? find_variant(variant) : find_variant(kNormVariant)];
-    const size_t need = pipe_smem_bytes_of(v, (a.batch + 7) / 8) + pipe_x_bytes(a.batch, a.w.k);
+    // The fused RMSNorm is staged in shared memory beside the stages.
+    const GemvVariant& v = kGemvVariants[pipelined ? index : kNormVariant];
+    const size_t need = pipe_smem_bytes_of(v, a.batch) + pipe_x_bytes(a.batch, a.w.k);
     if (need > kPipeSmemLimit)
       return "norm_residual: " + std::string(v.name) + " stages the normalised rows in shared memory: batch " +
              std::to_string(a.batch) + " x k " + std::to_string(a.w.k) + " needs " + std::to_string(need) +
              " bytes of shared memory, over " + std::to_string(kPipeSmemLimit) + "; run RMSNorm separately";
   }
-  if (is_quantized(a.w.format)) {
-    if (!a.w.scales) return "scales: quantised weights need a scale pointer";
-    if (a.w.group <= 0 || a.w.k % a.w.group != 0 || a.w.group % v != 0)
-      return "group: " + std::to_string(a.w.group) + " must divide k=" + std::to_string(a.w.k) +
-             " and be a multiple of " + std::to_string(v) + " for " + weight_format_name(a.w.format);
-  }
+  if (is_quantized(a.w.format) && !a.w.scales) return "scales: quantised weights need a scale pointer";
   return "";
 }
 
@@ -840,7 +787,7 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
   if (!err.empty()) return err;
   GemvPlan p;
   p.n_tiles = (a.batch + 7) / 8;
-  if (variant == "auto") {
+  if (variant == core::kGemvAuto) {
     // By shape, as measured per layer on the H200 (docs/perf-log runs 12 and 18, llama3-8b). Layers with more
     // rows than columns (qkv, gate|up, lm_head) are fastest with m1w8u2: its 256-thread CTAs fit three (int4)
     // to five (bf16) an SM, so qkv's 384 row tiles run in one wave (m1w16u2 fits two, 1.45 waves); bf16 b1
@@ -850,47 +797,41 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // b1 / b8 3.935 / 4.096 ms against 3.936 / 4.151 by the shape rule (run 20); bf16 and int4 gain from it
     // (bf16 b1 4.739 against 4.823 with m1w16u2 everywhere, int4 g128 b8 3.113 against 3.230).
     const bool tall = a.w.n > a.w.k;
-    p.variant = find_variant(tall && a.w.format != WeightFormat::kInt8 ? "m1w8u2" : "m1w16u2");
+    p.variant = tall && a.w.format != WeightFormat::kInt8 ? kTallDirect : kWideDirect;
     // Quantised tall layers at batch <= 8: m1w8u2 with registers for four CTAs an SM (64 instead of 76-84;
     // the kernel is issue- and latency-bound with about 1.6 eligible warps a scheduler at three). Whole-model
     // decode against the rule above, same call (docs/perf-log run 40): int4 g128 b1 2.136 against 2.24 ms,
     // int4 g32 2.284 against 2.36 (b8 2.84 against 2.97); int8 b1 3.035 against 3.13 with m1w16u2 (and
     // 3.02-3.04 with plain m1w8u2: int8's tall layers no longer want 16 warps since its scales moved after
     // the mma). Capping the other layers' m1w16u2 at three CTAs (40 registers, spills) or m1w8u2 at five was
-    // slower in every format (run 40); so were four warps a tile at eight CTAs (run 39).
-    if (tall && is_quantized(a.w.format) && a.batch <= 8) p.variant = find_variant("m1w8u2b4");
-    // Experiment switches for side-by-side runs (docs/PERF.md): SOARTUNE_GEMV_AUTO_TALL / _WIDE name the
-    // direct variant auto takes for tall layers (n > k) / the others in place of the rule above (read once:
-    // eager steps plan every launch).
-    static const int env_tall = direct_variant_from_env("SOARTUNE_GEMV_AUTO_TALL");
-    static const int env_wide = direct_variant_from_env("SOARTUNE_GEMV_AUTO_WIDE");
-    if ((tall ? env_tall : env_wide) >= 0) p.variant = tall ? env_tall : env_wide;
+    // slower in every format (run 40); so were four warps a tile at eight CTAs (run 39), and the other direct
+    // variants in place of either rule (runs 39-46, measured with experiment switches since removed).
+    if (tall && is_quantized(a.w.format) && a.batch <= 8) p.variant = kTallCapped;
     // At batch 1 on sm_90, 16-bit layers stream best through the pipelined form: its producer runs ahead of
     // PDL's wait, filling four stages an SM while the previous kernel finishes (whole-model bf16 b1 4.627
     // against 4.666 ms, run 25; 4.596-4.613 with this rule, run 26; alone, under ncu, each layer is a little
     // slower). At batch 8 it is slower (5.081 against 4.912), and so it is for int8 / int4 layers; for the
     // bf16 lm_head of an int8 / int4 model it made no difference (run 26).
-    if (a.batch == 1 && !is_quantized(a.w.format) && device_major() >= 9) p.variant = find_variant("m1w16s4k2");
-    if (a.norm_residual) p.variant = find_variant(kNormVariant);  // only the pipelined form fuses it
+    if (a.batch == 1 && !is_quantized(a.w.format) && device_major() >= 9) p.variant = kPipe4;
+    if (a.norm_residual) p.variant = kNormVariant;  // only the pipelined form fuses it
     // Six stages where x still fits beside them in shared memory, four where it does not: bf16 b1 4.404
     // against 4.447 with four everywhere and 4.410 with six everywhere (run 33).
-    if (kVariants[p.variant].stages > 0 && pipe_fits_with_x(kVariants[find_variant("m1w16s6k2")], a))
-      p.variant = find_variant("m1w16s6k2");
+    if (kGemvVariants[p.variant].pipelined() && pipe_fits_with_x(kGemvVariants[kPipe6], a)) p.variant = kPipe6;
   } else {
-    p.variant = find_variant(variant);
+    p.variant = core::gemv_variant_index(variant);
   }
-  const Variant& v = kVariants[p.variant];
+  const GemvVariant& v = kGemvVariants[p.variant];
   p.m_tiles = v.m_tiles;
   p.warps = v.warps;
   p.unroll = v.unroll;
   p.threads = v.warps * 32;
   p.grid = (a.w.n + 16 * v.m_tiles - 1) / (16 * v.m_tiles);
-  if (v.stages > 0) {
+  if (v.pipelined()) {
     const int major = device_major(), sms = device_sms();
     if (major < 0 || sms <= 0) return "gemv_variant: " + std::string(v.name) + " needs a CUDA device to plan for";
     if (major < 9)
       return "gemv_variant: " + std::string(v.name) + " needs sm_90 or newer (TMA bulk copies); allowed here: " +
-             "m1w8u2, m1w8u4, m2w8u2, m2w4u4, m1w16u2, m1w8u2b4";
+             variants_where(false);
     p.threads = (v.warps + 1) * 32;  // and the producer warp
     p.pipelined = true;
     p.grid = p.grid < sms ? p.grid : sms;

@@ -13,11 +13,12 @@
 // Bytes per call: weight_bytes + scale_bytes + batch * k * 2 (x, L2-resident) + batch * n * 4 (y).
 // FLOPs per call: 2 * batch * n * k (the tensor cores do ceil(batch / 8) * 8 columns).
 //
-// Variants (the gemv_variant knob), the closed set gemv_variant_names(): direct "m<m_tiles>w<warps>u<unroll>"
-// as above ("...b<n>": registers capped so that n CTAs fit an SM at batch <= 8), and pipelined
-// "m1w<warps>s<stages>k<KB>" (sm_90: one CTA an SM loops over row tiles that a producer warp streams into
-// shared-memory stages with TMA bulk copies; kernels/README.md). "auto" picks one by the layer's shape and the
-// batch (gemv.cu, gemv_plan).
+// Variants (the gemv_variant knob): the closed set core::kGemvVariants (core/kernel_variants.h), declared there
+// once with its tile parameters and shape check; gemv.cu instantiates and dispatches that table. Direct
+// "m<m_tiles>w<warps>u<unroll>" as above ("...b<n>": registers capped so that n CTAs fit an SM at batch <= 8),
+// and pipelined "m1w<warps>s<stages>k<KB>" (sm_90: one CTA an SM loops over row tiles that a producer warp
+// streams into shared-memory stages with TMA bulk copies; kernels/README.md). "auto" picks one by the layer's
+// shape and the batch (gemv.cu, gemv_plan).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,12 +28,13 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel_variants.h"
 #include "kernels/weight_format.h"
 
 namespace soartune::kernels {
 
-inline constexpr int kGemvMaxBatch = 32;
-inline constexpr int kGemvMaxK = 131072;  // input width (the scale-group index is exact below 2^18)
+using core::kGemvMaxBatch;
+using core::kGemvMaxK;
 
 struct GemvArgs {
   DeviceLinear w;
@@ -63,7 +65,7 @@ inline constexpr int kGemvMaxNormBatch = 4;
 void interleave_gate_up(uint8_t* rows, size_t row_bytes, float* scales, size_t scales_per_row, int f);
 
 struct GemvPlan {
-  int variant = -1;          // index into gemv_variant_names()
+  int variant = -1;          // index into core::kGemvVariants (and gemv_variant_names())
   int m_tiles = 1, warps = 8, unroll = 2;
   int n_tiles = 1;           // ceil(batch / 8)
   int grid = 0;              // CTAs
@@ -71,8 +73,8 @@ struct GemvPlan {
   bool pipelined = false;    // the TMA-staged form (it can fuse an RMSNorm, GemvArgs::norm_residual)
 };
 
-// The closed set of variant names, in dispatch-table order.
-const std::vector<std::string>& gemv_variant_names();
+// The closed set of variant names, in dispatch-table order (core/kernel_variants.h).
+using core::gemv_variant_names;
 
 // "" when `variant` ("auto" or a name) can run args (format, k alignment, group, batch, pointers); else a
 // message naming the field and the allowed values.

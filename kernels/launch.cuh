@@ -6,16 +6,19 @@
 // Contract for a kernel launched with launch(): call pdl_wait() before the first read of an activation or the
 // first global write (it returns once every earlier kernel of the stream has completed and its writes are
 // visible), and pdl_launch_dependents() as early as it likes (it only lets the next kernel be scheduled).
-// Both are no-ops on older GPUs and when the launch did not allow PDL. PDL is on unless SOARTUNE_PDL=0 is in
-// the environment (read once): measured on the H200 (docs/perf-log, runs 7-9, same binary with and without)
-// it makes every decode step 0.1-0.23 ms faster, at context 512 and at 32k. (With an earlier decode-attention
-// kernel it slowed the 32k steps, run 6; that kernel is gone.)
+// Both are no-ops on older GPUs. PDL is always allowed: measured on the H200 (docs/perf-log, runs 7-9, the
+// same binary with and without) it makes every decode step 0.1-0.23 ms faster, at context 512 and at 32k.
+// (With an earlier decode-attention kernel it slowed the 32k steps, run 6; that kernel is gone.)
+//
+// Kernels that only read what no earlier kernel writes before their wait (RMSNorm, decode attention and its
+// split combine) call pdl_launch_dependents() at their start, and decode attention asks for its first KV
+// slices before its wait: -1% bf16 b8 and -2% int4 g32 b8 decode, -0.5% or less at b1 (docs/perf-log run 38,
+// against letting dependents in only after the wait). A dependent let in early still waits for this kernel's
+// completion before it reads what this kernel writes (pdl_wait() returns only once the whole chain before it
+// has completed), so this moves only when CTAs become resident and start their own prefetches, never results.
 #pragma once
 
 #include <cuda_runtime.h>
-
-#include <cstdlib>
-#include <cstring>
 
 namespace soartune::kernels {
 
@@ -31,35 +34,13 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("SOARTUNE_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return on;
-}
-
-// Whether the kernels that used to let their dependents in only after their own wait (RMSNorm, decode
-// attention and its split combine) do it at their start, and decode attention asks for its first KV slices
-// before its wait. On unless SOARTUNE_PDL_EARLY=0 (read once), the switch for the side-by-side in
-// docs/perf-log run 38. A dependent let in early still waits for this kernel's completion before it reads
-// what this kernel writes (pdl_wait() returns only once the whole chain before it has completed), so this
-// moves only when CTAs become resident and start their own prefetches (weights, earlier KV), never results.
-inline bool pdl_early() {
-  static const bool on = [] {
-    const char* v = std::getenv("SOARTUNE_PDL_EARLY");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return on;
-}
-
 // kernel<<<grid, block, smem, stream>>>(args...), allowing PDL; returns the launch's error.
 template <typename... KernelParams, typename... Args>
 cudaError_t launch(void (*kernel)(KernelParams...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;

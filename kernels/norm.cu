@@ -26,10 +26,9 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
 // instead of two (a decode step runs 65 of these on rows of 4096).
 constexpr int kCached = 4;
 
-__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a, bool early) {
-  if (early) pdl_launch_dependents();  // the next GEMV's CTAs may start their weight loads (launch.cuh)
+__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) {
+  pdl_launch_dependents();  // the next GEMV's CTAs may start their weight loads (launch.cuh)
   pdl_wait();
-  if (!early) pdl_launch_dependents();
   __shared__ float shared[kThreads / 32];
   const int i = blockIdx.x;
   const int r = a.row_index ? a.row_index[i] : i;
@@ -104,7 +103,7 @@ std::string rmsnorm_can_implement(const RmsNormArgs& a) {
 
 cudaError_t rmsnorm_residual_run(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
-  return launch(rmsnorm_kernel, a.rows, kThreads, 0, stream, a, pdl_early());
+  return launch(rmsnorm_kernel, a.rows, kThreads, 0, stream, a);
 }
 
 cudaError_t embedding_gather_run(const int32_t* tokens, const void* table_bf16, float* residual, int rows, int d,

@@ -8,9 +8,9 @@
 #       by `run`: the device call carries 64 MiB in all).
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: timing, bench_nopdl, decode, ncu_decode, ncu_gemv, sass) and writes
+#       tests sanitizer model bench peer e2e; also: timing, decode, ncu_decode, ncu_gemv, sass) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
-#       starting it anew (several runs into one summary, e.g. with and without an environment switch).
+#       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -112,12 +112,6 @@ if want bench; then
   # BENCH_ONLY narrows it to one part (decode, prefill, long, variants), to fit a call's time.
   timeout 300 "$bin/soartune-bench" --only "${BENCH_ONLY:-all}" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
   note "soartune-bench --only ${BENCH_ONLY:-all}: rc=$?"
-fi
-
-# The same benchmark with programmatic dependent launch off (kernels/launch.cuh), for the side-by-side.
-if want bench_nopdl; then
-  SOARTUNE_PDL=0 timeout 300 "$bin/soartune-bench" --json "$OUT/results_nopdl.jsonl" >"$OUT/bench_nopdl.txt" 2>&1
-  note "soartune-bench SOARTUNE_PDL=0: rc=$?"
 fi
 
 if want peer; then
