@@ -1,17 +1,86 @@
-// The worker's result: the typed facts of one trial that the worker reports and the daemon stores.
+// The one result of a trial, as soartune-worker prints it (one JSON line on stdout, docs/FORMATS.md section 4)
+// and the daemon reads it back. The worker fills a WorkerResult and prints to_json(); the daemon calls
+// parse_worker_output() on the worker's stdout, which it treats as untrusted input: every field is
+// type-checked, a wrong type is an error naming the field (never an exception), strings are capped on
+// character boundaries.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/failure_kind.h"
+#include "core/status.h"
 
 namespace soartune {
 
-// One kernel plan the engine computed when it was built: for an op ("gemv.qkv", "attention.decode", ...) and a
-// shape ("6144x4096 bf16 rows 1"), the choices its plan step made (variant, tiles, splits, grid, ...).
-struct KernelPlan {
-  std::string op;
-  std::string shape;
-  std::map<std::string, std::string> choice;
+struct LatencyPercentiles {
+  double p50 = 0, p90 = 0, p99 = 0;
 };
+
+// One closed-loop tier (c1, c8, cinf) over the workload's requests.
+struct TierMeasurement {
+  std::string tier;                // "c1", "c8", "cinf"
+  int concurrency = 0;             // 0: unlimited
+  double duration_s = 0;
+  int64_t requests = 0, output_tokens = 0;
+  LatencyPercentiles ttft_ms, tpot_ms;
+  double output_tokens_per_s = 0;
+};
+
+struct AccuracyMeasurement {
+  std::string metric;              // "task" | "fidelity"
+  double relative_pct = 0;         // candidate against the reference config, percent
+  double candidate = 0, reference = 0;
+  int64_t positions = 0;
+};
+
+// A kernel choice the engine made for one op and shape (tiles, splits, variant, grid), as the plan step
+// returned it.
+struct KernelPlan {
+  std::string op;                  // "gemv", "attention_decode", ...
+  std::string shape;               // e.g. "m1 n4096 k4096"
+  std::map<std::string, std::string> choice;   // e.g. {"variant": "m1w8u2b4"}
+};
+
+struct WorkerError {
+  FailureKind kind = FailureKind::kWorkerError;   // kInvalidConfig, kOutOfMemory or kWorkerError
+  std::string field;               // the offending field, for kInvalidConfig ("launch.kv_cache_dtype")
+  std::string message;
+};
+
+struct WorkerResult {
+  bool ok = false;
+  WorkerError error;               // when !ok
+  std::string backend, device, engine_build;
+  std::vector<TierMeasurement> tiers;
+  AccuracyMeasurement accuracy;
+  int64_t peak_memory_bytes = 0;
+  double load_s = 0, accuracy_s = 0, tiers_s = 0;   // where the worker's time went
+  std::vector<KernelPlan> plans;
+  // The environment variables that can change timings, as the worker saw them (kTimingEnvironment).
+  std::map<std::string, std::string> env;
+};
+
+// The variables the worker records in WorkerResult::env: those that change which device runs or how the
+// runtime schedules, so two trials with different values are not comparable.
+inline constexpr std::array<const char*, 8> kTimingEnvironment = {
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
+    "OMP_NUM_THREADS",      "OMP_PROC_BIND",               "SOARTUNE_DEVICE",      "NVIDIA_TF32_OVERRIDE"};
+
+// Longest string kept from a worker's result (an error message, a device name): longer ones are cut on a
+// character boundary and say so.
+inline constexpr size_t kMaxResultString = 4096;
+
+// One line of JSON, no trailing newline.
+std::string to_json(const WorkerResult& r);
+// Reads the result out of the worker's whole stdout: the last line that opens a JSON object (log lines before
+// it are tolerated). Errors (kInvalidArgument) say what is wrong: "garbage output: printed nothing on stdout",
+// "garbage output: stdout is not a JSON object (starts with '...')", or "bad worker result: <field>: expected
+// <type>, got <type>" for a result of the wrong shape.
+Result<WorkerResult> parse_worker_output(std::string_view stdout_text);
 
 }  // namespace soartune

@@ -43,20 +43,8 @@ std::string make_job_id() {
 
 bool counts_for_budget(const TrialRecord& t) {
   if (t.status == TrialStatus::kCancelled) return false;
-  if (t.status == TrialStatus::kFailed && t.error == kRestartReason) return false;
+  if (t.failure_kind == FailureKind::kRestart) return false;
   return true;
-}
-
-// What the failure model is told about a FAILED trial, from the reason recorded with it.
-std::string failure_kind(const std::string& error) {
-  if (error.rfind("timeout", 0) == 0) return "timeout";
-  if (error.find("out of memory") != std::string::npos) return "out of memory";
-  if (error.find("crashed") != std::string::npos) return "crash";
-  if (error.rfind("worker exit code ", 0) == 0) {
-    size_t end = error.find_first_not_of("0123456789", 17);
-    return "exit code " + error.substr(17, end == std::string::npos ? std::string::npos : end - 17);
-  }
-  return error.empty() ? "failed" : error;
 }
 
 std::vector<TrialRecord> all_trials(Store& s, const std::string& job_id) {
@@ -88,11 +76,6 @@ std::string suggestion_to_json(const search::Suggestion& s) {
   j["note"] = s.note;
   j["config"] = soartune::to_text(s.config);
   return j.dump();
-}
-
-bool is_reference_trial(const TrialRecord& t) {
-  json j = json::parse(t.suggestion_json, nullptr, false);
-  return !j.is_discarded() && j.is_object() && j.value("strategy", "") == "reference";
 }
 
 void rescore(const search::ScoringSpec& scoring, std::vector<TrialRecord>& trials) {
@@ -308,6 +291,7 @@ Result<JobView> JobManager::view_of(const JobRecord& job) {
   std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, job.id); });
   Result<std::shared_ptr<const JobSpec>> spec = spec_of(job.id);
   search::ScoringSpec scoring = spec.ok() ? spec.value()->scoring : search::ScoringSpec{};
+  v.gate_levels = scoring.gate_levels();
   rescore(scoring, ts);
   int counted = 0;
   double finished_s = 0;
@@ -453,8 +437,8 @@ Result<JobManager::SearchState> JobManager::search_state(const std::string& job_
   st.problem.prior = warm_start_prior(job.value(), sp);
   std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, job_id); });
   std::stable_sort(ts.begin(), ts.end(), [](const TrialRecord& a, const TrialRecord& b) {
-    bool ra = is_reference_trial(a) && a.status == TrialStatus::kComplete;
-    bool rb = is_reference_trial(b) && b.status == TrialStatus::kComplete;
+    bool ra = a.is_reference && a.status == TrialStatus::kComplete;
+    bool rb = b.is_reference && b.status == TrialStatus::kComplete;
     if (ra != rb) return ra;
     return a.number < b.number;
   });
@@ -469,7 +453,7 @@ Result<JobManager::SearchState> JobManager::search_state(const std::string& job_
       o.metrics = metrics_of(t);
     } else {
       o.outcome = search::Outcome::kFailed;
-      o.failure = failure_kind(t.error);
+      o.failure = t.failure_kind;
     }
     st.history.push_back(std::move(o));
     st.trials.push_back(t);
@@ -533,6 +517,7 @@ void JobManager::launch_trial(JobRun& run, int device, const search::Suggestion&
   rec.started_ms = now_ms();
   rec.device = cfg_.devices[device];
   rec.suggestion_json = suggestion_to_json(s);
+  rec.is_reference = is_reference;
 
   std::error_code ec;
   fs::create_directories(run.work_dir, ec);
@@ -685,9 +670,9 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
       if (t.status == TrialStatus::kRunning) ++n_running;
       if (t.status == TrialStatus::kComplete || t.status == TrialStatus::kFailed) ++finished;
       if (t.status == TrialStatus::kComplete) any_complete = true;
-      if (is_reference_trial(t)) {
+      if (t.is_reference) {
         if (t.status == TrialStatus::kComplete) ref_done = true;
-        if (t.status == TrialStatus::kFailed && t.error != kRestartReason) ref_failed = &t;
+        if (t.status == TrialStatus::kFailed && t.failure_kind != FailureKind::kRestart) ref_failed = &t;
       }
     }
     size_t running_now;

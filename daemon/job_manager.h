@@ -37,6 +37,7 @@ struct JobView {
   double best_score = 0;
   int64_t best_trial = -1;
   double eta_seconds = -1;
+  std::vector<double> gate_levels;   // the C levels of the job's scoring, best first, ending with 0
 };
 
 enum class EventKind { kSnapshot, kTrialStarted, kTrialFinished, kTrialFailed, kJobFinished };
@@ -148,7 +149,5 @@ namespace soartune::daemon {
 std::string suggestion_to_json(const search::Suggestion& s);
 // Re-scores COMPLETE trials against the best durations among them (or the spec's targets); others score 0.
 void rescore(const search::ScoringSpec& scoring, std::vector<TrialRecord>& trials);
-// Whether a trial is a run of the job's reference config.
-bool is_reference_trial(const TrialRecord& t);
 
 }  // namespace soartune::daemon

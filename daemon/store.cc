@@ -92,7 +92,7 @@ void bind_job_fields(Statement& q, const JobRecord& j, int first) {
 constexpr const char* kTrialColumns =
     "t.job_id, t.number, t.status, t.params_json, t.relative_accuracy, t.accuracy_metric, t.score, t.gate, "
     "t.error, t.started_ms, t.finished_ms, t.log_tail, t.engine_build, t.device, t.peak_memory_bytes, "
-    "t.suggestion_json, t.result_json";
+    "t.suggestion_json, t.result_json, t.is_reference, t.failure_kind, t.failure_code";
 
 TrialRecord read_trial(const Statement& q) {
   TrialRecord t;
@@ -113,6 +113,9 @@ TrialRecord read_trial(const Statement& q) {
   t.peak_memory_bytes = q.int64(14);
   t.suggestion_json = q.text(15);
   t.result_json = q.text(16);
+  t.is_reference = q.int64(17) != 0;
+  t.failure_kind = failure_kind_from_string(q.text(18)).value_or(FailureKind::kUnknown);
+  t.failure_code = static_cast<int>(q.int64(19));
   return t;
 }
 
@@ -145,6 +148,31 @@ Status load_tiers(Connection& c, TrialRecord& t) {
   return Status::Ok();
 }
 
+Status load_plans_and_env(Connection& c, TrialRecord& t) {
+  auto p = Statement::prepare(c, "SELECT op, shape, choice_json FROM trial_plans WHERE job_id = ? AND number = ? "
+                                 "ORDER BY position");
+  if (!p.ok()) return p.status();
+  p.value().bind(1, t.job_id).bind(2, t.number);
+  t.plans.clear();
+  while (true) {
+    auto row = p.value().step();
+    if (!row.ok()) return row.status();
+    if (!row.value()) break;
+    t.plans.push_back({p.value().text(0), p.value().text(1), params_from_json(p.value().text(2))});
+  }
+  auto e = Statement::prepare(c, "SELECT name, value FROM trial_env WHERE job_id = ? AND number = ? ORDER BY name");
+  if (!e.ok()) return e.status();
+  e.value().bind(1, t.job_id).bind(2, t.number);
+  t.env.clear();
+  while (true) {
+    auto row = e.value().step();
+    if (!row.ok()) return row.status();
+    if (!row.value()) break;
+    t.env[e.value().text(0)] = e.value().text(1);
+  }
+  return Status::Ok();
+}
+
 // Runs a trial SELECT (columns kTrialColumns) and loads each trial's tiers.
 Result<std::vector<TrialRecord>> collect_trials(Connection& c, Statement& q) {
   std::vector<TrialRecord> out;
@@ -156,6 +184,7 @@ Result<std::vector<TrialRecord>> collect_trials(Connection& c, Statement& q) {
   }
   for (TrialRecord& t : out) {
     Status s = load_tiers(c, t);
+    if (s.ok()) s = load_plans_and_env(c, t);
     if (!s.ok()) return s;
   }
   return out;
@@ -417,7 +446,7 @@ Status Store::insert_trial(const TrialRecord& t) {
   Connection& c = *lease.value();
   auto q = Statement::prepare(c,
                               "INSERT INTO trials (job_id, number, status, params_json, started_ms, "
-                              "suggestion_json, engine_build, device) VALUES (?,?,?,?,?,?,?,?)");
+                              "suggestion_json, engine_build, device, is_reference) VALUES (?,?,?,?,?,?,?,?,?)");
   if (!q.ok()) return q.status();
   q.value()
       .bind(1, t.job_id)
@@ -427,7 +456,8 @@ Status Store::insert_trial(const TrialRecord& t) {
       .bind(5, t.started_ms)
       .bind(6, t.suggestion_json)
       .bind(7, t.engine_build)
-      .bind(8, t.device);
+      .bind(8, t.device)
+      .bind(9, t.is_reference ? 1 : 0);
   Status s = q.value().run();
   if (!s.ok()) {
     int code = q.value().last_error_code();
@@ -454,7 +484,8 @@ Status Store::finish_trial(const TrialRecord& t) {
       "finished_ms = ?, log_tail = ?, engine_build = ?, device = ?, peak_memory_bytes = ?, result_json = ?, "
       "params_json = CASE WHEN ?13 = 1 THEN ?14 ELSE params_json END, "
       "suggestion_json = CASE WHEN ?15 = '' THEN suggestion_json ELSE ?15 END, "
-      "started_ms = CASE WHEN ?16 = 0 THEN started_ms ELSE ?16 END "
+      "started_ms = CASE WHEN ?16 = 0 THEN started_ms ELSE ?16 END, "
+      "failure_kind = ?19, failure_code = ?20 "
       "WHERE job_id = ?17 AND number = ?18");
   if (!up.ok()) return up.status();
   up.value()
@@ -475,7 +506,9 @@ Status Store::finish_trial(const TrialRecord& t) {
       .bind(15, t.suggestion_json)
       .bind(16, t.started_ms)
       .bind(17, t.job_id)
-      .bind(18, t.number);
+      .bind(18, t.number)
+      .bind(19, to_string(t.failure_kind))
+      .bind(20, t.failure_code);
   Status s = up.value().run();
   if (!s.ok()) return s;
   if (c.changes() == 0) return Status::NotFound(trial_name(t.job_id, t.number) + " not found");
@@ -517,6 +550,33 @@ Status Store::finish_trial(const TrialRecord& t) {
       }
       return s;
     }
+  }
+
+  for (const char* table : {"trial_plans", "trial_env"}) {
+    auto d = Statement::prepare(c, std::string("DELETE FROM ") + table + " WHERE job_id = ? AND number = ?");
+    if (!d.ok()) return d.status();
+    s = d.value().bind(1, t.job_id).bind(2, t.number).run();
+    if (!s.ok()) return s;
+  }
+  auto plan = Statement::prepare(c, "INSERT INTO trial_plans (job_id, number, position, op, shape, choice_json) "
+                                    "VALUES (?,?,?,?,?,?)");
+  if (!plan.ok()) return plan.status();
+  for (size_t i = 0; i < t.plans.size(); ++i) {
+    Statement& q = plan.value();
+    q.reset();
+    q.bind(1, t.job_id).bind(2, t.number).bind(3, static_cast<int64_t>(i)).bind(4, t.plans[i].op)
+        .bind(5, t.plans[i].shape).bind(6, params_to_json(t.plans[i].choice));
+    s = q.run();
+    if (!s.ok()) return s;
+  }
+  auto env = Statement::prepare(c, "INSERT INTO trial_env (job_id, number, name, value) VALUES (?,?,?,?)");
+  if (!env.ok()) return env.status();
+  for (const auto& [name, value] : t.env) {
+    Statement& q = env.value();
+    q.reset();
+    q.bind(1, t.job_id).bind(2, t.number).bind(3, name).bind(4, value);
+    s = q.run();
+    if (!s.ok()) return s;
   }
   return tx.value().commit();
 }
@@ -660,8 +720,8 @@ Result<int> Store::fail_running_trials(const std::string& reason) {
   auto tx = Transaction::begin(c, Transaction::Kind::kWrite);
   if (!tx.ok()) return tx.status();
   auto q = Statement::prepare(c,
-                              "UPDATE trials SET status = 'FAILED', error = ?, finished_ms = ? "
-                              "WHERE status = 'RUNNING'");
+                              "UPDATE trials SET status = 'FAILED', error = ?, finished_ms = ?, "
+                              "failure_kind = 'restart' WHERE status = 'RUNNING'");
   if (!q.ok()) return q.status();
   Status s = q.value().bind(1, reason).bind(2, now_ms()).run();
   if (!s.ok()) return s;

@@ -16,7 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/failure_kind.h"
 #include "core/status.h"
+#include "core/worker_result.h"
 
 namespace soartune::daemon {
 
@@ -71,7 +73,12 @@ struct TrialRecord {
   std::string engine_build, device;
   int64_t peak_memory_bytes = 0;
   std::string suggestion_json;     // search::Suggestion as JSON (why this trial was chosen)
-  std::string result_json;         // the worker's JSON verbatim
+  std::string result_json;         // the worker's JSON result (as parsed, or its stdout when it did not parse)
+  bool is_reference = false;       // a run of the job's reference config (the baseline)
+  FailureKind failure_kind = FailureKind::kNone;   // why it is FAILED / CANCELLED
+  int failure_code = 0;            // the signal (crash) or exit status (exit_code); 0 otherwise
+  std::vector<KernelPlan> plans;   // the kernel choices the worker reported
+  std::map<std::string, std::string> env;   // the timing-relevant environment the worker ran with
 };
 
 struct OfficialResult {
@@ -132,7 +139,8 @@ class Store {
   std::vector<TrialRecord> trials_for_device_key(const std::string& device_key,
                                                  const std::string& exclude_job) const;
 
-  // Crash recovery: every RUNNING trial becomes FAILED with `reason`; returns how many. One transaction.
+  // Crash recovery: every RUNNING trial becomes FAILED (kind restart) with `reason`; returns how many. One
+  // transaction.
   Result<int> fail_running_trials(const std::string& reason);
 
   // Returns the record with its id. The trial must exist (kNotFound otherwise).

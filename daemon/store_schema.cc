@@ -98,6 +98,49 @@ constexpr const char* kV3 = R"sql(
 ALTER TABLE trials ADD COLUMN suggestion_json TEXT NOT NULL DEFAULT '';
 )sql";
 
+// v4: typed trial facts. The failure kind and code and the reference flag become columns (existing rows get
+// them from what was recorded: the suggestion's strategy, the reason's wording, once, here); the kernel plans
+// and the timing-relevant environment the worker reported get their own tables.
+constexpr const char* kV4 = R"sql(
+ALTER TABLE trials ADD COLUMN is_reference INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN failure_kind TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN failure_code INTEGER NOT NULL DEFAULT 0;
+UPDATE trials SET is_reference = 1
+  WHERE json_valid(suggestion_json) AND json_extract(suggestion_json, '$.strategy') = 'reference';
+UPDATE trials SET failure_kind = CASE
+    WHEN status = 'CANCELLED' THEN 'cancelled'
+    WHEN error = 'daemon restarted' THEN 'restart'
+    WHEN error LIKE 'timeout%' THEN 'timeout'
+    WHEN error LIKE 'worker did not start%' THEN 'not_started'
+    WHEN error LIKE '%out of memory%' THEN 'out_of_memory'
+    WHEN error LIKE 'worker crashed: killed by SIGKILL%' THEN 'out_of_memory'
+    WHEN error LIKE 'worker crashed%' THEN 'crash'
+    WHEN error LIKE 'worker exit code 2:%' THEN 'invalid_config'
+    WHEN error LIKE 'worker exit code%' THEN 'exit_code'
+    WHEN error LIKE 'garbage output%' OR error LIKE 'bad worker result%' THEN 'bad_output'
+    WHEN error LIKE 'worker reported failure%' THEN 'worker_error'
+    ELSE 'unknown' END
+  WHERE status IN ('FAILED', 'CANCELLED');
+CREATE TABLE trial_plans (
+  job_id       TEXT NOT NULL,
+  number       INTEGER NOT NULL,
+  position     INTEGER NOT NULL,
+  op           TEXT NOT NULL,
+  shape        TEXT NOT NULL DEFAULT '',
+  choice_json  TEXT NOT NULL DEFAULT '{}',
+  PRIMARY KEY (job_id, number, position),
+  FOREIGN KEY (job_id, number) REFERENCES trials (job_id, number) ON DELETE CASCADE
+);
+CREATE TABLE trial_env (
+  job_id  TEXT NOT NULL,
+  number  INTEGER NOT NULL,
+  name    TEXT NOT NULL,
+  value   TEXT NOT NULL,
+  PRIMARY KEY (job_id, number, name),
+  FOREIGN KEY (job_id, number) REFERENCES trials (job_id, number) ON DELETE CASCADE
+);
+)sql";
+
 Result<int> read_version(Connection& c) {
   auto exists = Statement::prepare(c, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
   if (!exists.ok()) return exists.status();
@@ -119,6 +162,7 @@ const std::vector<Migration>& migrations() {
       {1, "jobs, trials and per-tier metrics", kV1},
       {2, "official submissions", kV2},
       {3, "trial suggestion (why the search chose it)", kV3},
+      {4, "typed trial facts: failure kind, reference flag, kernel plans, environment", kV4},
   };
   return kMigrations;
 }

@@ -4,176 +4,130 @@
 #include <csignal>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
+#include "core/utf8.h"
+#include "core/worker_result.h"
 
 namespace soartune::daemon {
 
-using nlohmann::json;
-
 namespace {
 
-std::string trimmed(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
+std::string worker_error_text(const WorkerError& e) {
+  if (e.message.empty() && e.field.empty()) return "";
+  return e.field.empty() ? e.message : e.field + ": " + e.message;
 }
 
-std::string preview(const std::string& s) {
-  std::string p = trimmed(s).substr(0, 80);
-  for (char& c : p)
-    if (c == '\n' || c == '\r' || static_cast<unsigned char>(c) < 32) c = ' ';
-  return p;
-}
-
-// The worker prints one JSON object; tolerate log lines before it by falling back on the last line that
-// parses as an object.
-bool parse_result(const std::string& out, json& j) {
-  std::string t = trimmed(out);
-  if (t.empty()) return false;
-  j = json::parse(t, nullptr, false);
-  if (!j.is_discarded() && j.is_object()) return true;
-  // From the last line that opens an object: the result is printed last.
-  for (size_t pos = t.rfind("\n{"); pos != std::string::npos; pos = pos == 0 ? std::string::npos : t.rfind("\n{", pos - 1)) {
-    json k = json::parse(t.substr(pos + 1), nullptr, false);
-    if (!k.is_discarded() && k.is_object()) {
-      j = std::move(k);
-      return true;
-    }
-  }
-  return false;
-}
-
-double num(const json& j, const char* key, double fallback = 0) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return fallback;
-  return it->get<double>();
-}
-
-std::string str(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_string()) return "";
-  return it->get<std::string>();
-}
-
-bool mentions_oom(const std::string& s) {
-  std::string l;
-  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return l.find("out of memory") != std::string::npos || l.find("bad_alloc") != std::string::npos ||
-         l.find("cudaerrormemoryallocation") != std::string::npos;
-}
-
-std::string worker_error_text(const json& j) {
-  auto it = j.find("error");
-  if (it == j.end()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_object()) return it->dump();
-  std::string field = str(*it, "field"), message = str(*it, "message");
-  return field.empty() ? message : field + ": " + message;
-}
-
-// Checks the metrics of an ok result and copies them into `t`; returns the problem, or "".
-std::string read_metrics(const json& j, TrialRecord& t) {
-  auto tiers = j.find("tiers");
-  if (tiers == j.end() || !tiers->is_array()) return "no tiers array";
+// Checks that an ok result has what the score needs and copies it into `t`; returns the problem, or "".
+std::string read_metrics(const WorkerResult& r, TrialRecord& t) {
   t.tiers.clear();
   for (int k = 0; k < search::kTiers; ++k) {
     const std::string name = search::kTierNames[k];
-    const json* found = nullptr;
-    for (const json& tj : *tiers)
-      if (tj.is_object() && str(tj, "tier") == name) found = &tj;
+    const TierMeasurement* found = nullptr;
+    for (const TierMeasurement& m : r.tiers)
+      if (m.tier == name) found = &m;
     if (!found) return "tier " + name + " missing";
-    const json& tj = *found;
-    TierRecord r;
-    r.tier = name;
-    r.concurrency = static_cast<int>(num(tj, "concurrency", search::kTierConcurrency[k]));
-    r.duration_s = num(tj, "duration_s", -1);
-    if (!std::isfinite(r.duration_s) || r.duration_s <= 0) return "tier " + name + ": duration_s missing or not positive";
-    if (auto it = tj.find("ttft_ms"); it != tj.end() && it->is_object()) {
-      r.ttft_p50_ms = num(*it, "p50");
-      r.ttft_p90_ms = num(*it, "p90");
-      r.ttft_p99_ms = num(*it, "p99");
-    }
-    if (auto it = tj.find("tpot_ms"); it != tj.end() && it->is_object()) {
-      r.tpot_p50_ms = num(*it, "p50");
-      r.tpot_p90_ms = num(*it, "p90");
-      r.tpot_p99_ms = num(*it, "p99");
-    }
-    r.output_tokens_per_s = num(tj, "output_tokens_per_s");
-    t.tiers.push_back(r);
+    if (!(found->duration_s > 0)) return "tier " + name + ": duration_s missing or not positive";
+    TierRecord rec;
+    rec.tier = name;
+    rec.concurrency = found->concurrency;
+    rec.duration_s = found->duration_s;
+    rec.ttft_p50_ms = found->ttft_ms.p50;
+    rec.ttft_p90_ms = found->ttft_ms.p90;
+    rec.ttft_p99_ms = found->ttft_ms.p99;
+    rec.tpot_p50_ms = found->tpot_ms.p50;
+    rec.tpot_p90_ms = found->tpot_ms.p90;
+    rec.tpot_p99_ms = found->tpot_ms.p99;
+    rec.output_tokens_per_s = found->output_tokens_per_s;
+    t.tiers.push_back(rec);
   }
-  auto acc = j.find("accuracy");
-  if (acc == j.end() || !acc->is_object()) return "no accuracy object";
-  t.relative_accuracy = num(*acc, "relative_pct", NAN);
-  if (!std::isfinite(t.relative_accuracy) || t.relative_accuracy < 0) return "accuracy.relative_pct missing or invalid";
-  t.accuracy_metric = str(*acc, "metric");
+  if (r.accuracy.relative_pct < 0) return "accuracy.relative_pct is negative";
+  t.relative_accuracy = r.accuracy.relative_pct;
+  t.accuracy_metric = r.accuracy.metric;
   return "";
 }
 
-}  // namespace
-
-TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, TrialRecord& t) {
+TrialOutcome decide(const ProcessResult& run, double timeout_s, const Result<WorkerResult>& parsed, TrialRecord& t) {
   TrialOutcome o;
-  t.log_tail = last_lines(run.err_tail, 40, 8192);
-  t.result_json = run.out.size() > (1u << 20) ? run.out.substr(0, 1u << 20) : run.out;
-  json j;
-  bool have_json = parse_result(run.out, j);
-  if (have_json) {
-    t.engine_build = str(j, "engine_build");
-    if (!str(j, "device").empty()) t.device = str(j, "device");
-    t.peak_memory_bytes = static_cast<int64_t>(num(j, "peak_memory_bytes"));
-    t.result_json = j.dump();
-  }
-  auto fail = [&](std::string kind, std::string reason) {
+  auto fail = [&](FailureKind kind, std::string reason, int code = 0) {
     o.status = TrialStatus::kFailed;
-    o.failure_kind = std::move(kind);
+    o.failure_kind = kind;
+    o.failure_code = code;
     o.error = std::move(reason);
     return o;
   };
-  if (!run.started) return fail("crash", "worker did not start: " + run.spawn_error);
+  const bool have = parsed.ok();
+  if (!run.started) return fail(FailureKind::kNotStarted, "worker did not start: " + run.spawn_error);
   if (run.cancelled) {
     o.status = TrialStatus::kCancelled;
+    o.failure_kind = FailureKind::kCancelled;
     o.error = "cancelled";
     return o;
   }
   if (run.timed_out) {
     std::ostringstream m;
     m << "timeout: no result within " << timeout_s << " s; worker killed";
-    return fail("timeout", m.str());
+    return fail(FailureKind::kTimeout, m.str());
   }
   if (!run.exited) {
-    int sig = run.term_signal;
+    const int sig = run.term_signal;
     std::string reason = "worker crashed: killed by " + signal_name(sig);
-    if (sig == SIGKILL) return fail("out of memory", reason + " (not by the daemon: likely the out-of-memory killer)");
+    if (sig == SIGKILL)
+      return fail(FailureKind::kOutOfMemory, reason + " (not by the daemon: likely the out-of-memory killer)", sig);
     std::string last = last_lines(run.err_tail, 1, 200);
     if (!last.empty()) reason += "; last stderr line: " + last;
-    return fail("crash", reason);
+    return fail(FailureKind::kCrash, reason, sig);
   }
   if (run.exit_code != 0) {
     std::string reason = "worker exit code " + std::to_string(run.exit_code);
-    std::string werr = have_json ? worker_error_text(j) : "";
+    const bool reported = have && !parsed.value().ok;
+    const std::string werr = reported ? worker_error_text(parsed.value().error) : "";
     if (!werr.empty()) {
       reason += ": " + werr;
     } else {
       std::string last = last_lines(run.err_tail, 1, 200);
       if (!last.empty()) reason += "; last stderr line: " + last;
     }
-    if (mentions_oom(werr) || (!have_json && mentions_oom(run.err_tail))) return fail("out of memory", reason);
-    if (run.exit_code == 2 && have_json) return fail("invalid config", reason);
-    return fail("exit code " + std::to_string(run.exit_code), reason);
+    if (reported && parsed.value().error.kind == FailureKind::kOutOfMemory) return fail(FailureKind::kOutOfMemory, reason);
+    // Exit 2 with a JSON error is the worker's documented "bad config or model".
+    if (reported && (run.exit_code == 2 || parsed.value().error.kind == FailureKind::kInvalidConfig))
+      return fail(FailureKind::kInvalidConfig, reason);
+    return fail(FailureKind::kExitCode, reason, run.exit_code);
   }
-  if (!have_json)
-    return fail("bad output", run.out.empty() ? "garbage output: the worker exited 0 but printed nothing on stdout"
-                                              : "garbage output: stdout is not a JSON object (starts with '" +
-                                                    preview(run.out) + "')");
-  if (!j.value("ok", false)) {
-    std::string werr = worker_error_text(j);
-    return fail(mentions_oom(werr) ? "out of memory" : "bad output",
-                "worker reported failure: " + (werr.empty() ? std::string("no error message") : werr));
+  if (!have) {
+    std::string reason = parsed.status().message;
+    if (run.stdout_truncated) reason += " (stdout was cut at its size limit)";
+    return fail(FailureKind::kBadOutput, reason);
   }
-  if (std::string problem = read_metrics(j, t); !problem.empty())
-    return fail("bad output", "bad worker result: " + problem);
+  const WorkerResult& r = parsed.value();
+  if (!r.ok) {
+    const std::string werr = worker_error_text(r.error);
+    return fail(r.error.kind, "worker reported failure: " + (werr.empty() ? std::string("no error message") : werr));
+  }
+  if (std::string problem = read_metrics(r, t); !problem.empty())
+    return fail(FailureKind::kBadOutput, "bad worker result: " + problem);
   o.status = TrialStatus::kComplete;
+  return o;
+}
+
+}  // namespace
+
+TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, TrialRecord& t) {
+  t.log_tail = valid_utf8(last_lines(run.err_tail, 40, 8192));
+  Result<WorkerResult> parsed = parse_worker_output(run.out);
+  if (parsed.ok()) {
+    const WorkerResult& r = parsed.value();
+    t.engine_build = r.engine_build;
+    if (!r.device.empty()) t.device = r.device;
+    t.peak_memory_bytes = r.peak_memory_bytes;
+    t.plans = r.plans;
+    t.env = r.env;
+    t.result_json = to_json(r);
+  } else {
+    t.result_json = valid_utf8(utf8_prefix(run.out, 1u << 20));
+  }
+  TrialOutcome o = decide(run, timeout_s, parsed, t);
+  o.error = valid_utf8(o.error);
+  t.failure_kind = o.failure_kind;
+  t.failure_code = o.failure_code;
   return o;
 }
 

@@ -1,10 +1,11 @@
-// What a finished worker process means for its trial: COMPLETE with metrics, or FAILED with a precise reason
-// (crash by signal, out of memory, timeout, non-zero exit with the worker's JSON error, garbage on stdout, a
-// result missing a tier).
+// What a finished worker process means for its trial: COMPLETE with metrics, or FAILED with its failure kind
+// (a value, core/failure_kind.h) and a precise reason (crash by signal, out of memory, timeout, non-zero exit
+// with the worker's JSON error, garbage on stdout, a result missing a tier or of the wrong shape).
 #pragma once
 
 #include <string>
 
+#include "core/failure_kind.h"
 #include "daemon/store.h"
 #include "daemon/worker_process.h"
 #include "search/scoring.h"
@@ -13,12 +14,13 @@ namespace soartune::daemon {
 
 struct TrialOutcome {
   TrialStatus status = TrialStatus::kFailed;
+  FailureKind failure_kind = FailureKind::kNone;
+  int failure_code = 0;        // the signal (kCrash, kOutOfMemory by SIGKILL) or the exit status (kExitCode)
   std::string error;           // the reason, for FAILED / CANCELLED
-  std::string failure_kind;    // for the search's failure model: "timeout", "out of memory", "crash", "exit code N",
-                               // "invalid config", "bad output"
 };
 
-// Fills `t` (status, metrics, error, log tail, result_json, engine build, device, peak memory) from the run.
+// Fills `t` (status, failure kind and code, metrics, error, log tail, result_json, engine build, device, peak
+// memory, plans, env) from the run. Every string it stores is valid UTF-8.
 TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, TrialRecord& t);
 
 // The metrics the scorer needs, from a COMPLETE trial record.

@@ -44,6 +44,24 @@ pb::TrialStatus trial_status(TrialStatus s) {
   return pb::TRIAL_STATUS_UNSPECIFIED;
 }
 
+pb::FailureKind failure_kind(FailureKind k) {
+  switch (k) {
+    case FailureKind::kNone: return pb::FAILURE_KIND_UNSPECIFIED;
+    case FailureKind::kInvalidConfig: return pb::FAILURE_INVALID_CONFIG;
+    case FailureKind::kOutOfMemory: return pb::FAILURE_OUT_OF_MEMORY;
+    case FailureKind::kCrash: return pb::FAILURE_CRASH;
+    case FailureKind::kTimeout: return pb::FAILURE_TIMEOUT;
+    case FailureKind::kExitCode: return pb::FAILURE_EXIT_CODE;
+    case FailureKind::kBadOutput: return pb::FAILURE_BAD_OUTPUT;
+    case FailureKind::kWorkerError: return pb::FAILURE_WORKER_ERROR;
+    case FailureKind::kNotStarted: return pb::FAILURE_NOT_STARTED;
+    case FailureKind::kCancelled: return pb::FAILURE_CANCELLED;
+    case FailureKind::kRestart: return pb::FAILURE_RESTART;
+    case FailureKind::kUnknown: return pb::FAILURE_UNKNOWN;
+  }
+  return pb::FAILURE_UNKNOWN;
+}
+
 Status require_job_id(const std::string& id) {
   if (id.empty()) return Status::Invalid("job_id: required");
   return Status::Ok();
@@ -121,6 +139,7 @@ void to_proto(const JobView& v, pb::Job* out) {
   out->set_finished_unix_ms(j.finished_ms);
   out->set_eta_seconds(v.eta_seconds);
   out->set_stop_reason(j.stop_reason);
+  for (double g : v.gate_levels) out->add_gate_levels(g);
 }
 
 void to_proto(const TrialRecord& t, pb::Trial* out) {
@@ -153,6 +172,16 @@ void to_proto(const TrialRecord& t, pb::Trial* out) {
   out->set_device(t.device);
   out->set_peak_memory_bytes(t.peak_memory_bytes);
   out->set_result_json(t.result_json);
+  out->set_is_reference(t.is_reference);
+  out->set_failure_kind(failure_kind(t.failure_kind));
+  out->set_failure_code(t.failure_code);
+  for (const KernelPlan& p : t.plans) {
+    pb::KernelPlan* k = out->add_plans();
+    k->set_op(p.op);
+    k->set_shape(p.shape);
+    for (const auto& [name, value] : p.choice) (*k->mutable_choice())[name] = value;
+  }
+  for (const auto& [name, value] : t.env) (*out->mutable_env())[name] = value;
   json s = json::parse(t.suggestion_json, nullptr, false);
   if (!s.is_discarded() && s.is_object()) {
     pb::Suggestion* p = out->mutable_suggestion();

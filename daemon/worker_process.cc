@@ -1,5 +1,7 @@
 #include "daemon/worker_process.h"
 
+#include "core/utf8.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -93,7 +95,8 @@ std::string last_lines(const std::string& text, int max_lines, size_t max_bytes)
   }
   if (start < end && text[start] == '\n') ++start;
   std::string out = text.substr(start, end - start);
-  if (out.size() > max_bytes) out = out.substr(out.size() - max_bytes);
+  // Cut on a character boundary, so a multi-byte character is kept whole or not at all.
+  if (out.size() > max_bytes) out = std::string(soartune::utf8_suffix(out, max_bytes));
   return out;
 }
 

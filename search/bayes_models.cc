@@ -14,12 +14,12 @@ std::vector<Observation> with_prior(const SearchProblem& problem, const std::vec
 SurrogateModels::SurrogateModels(const SearchProblem& problem, const std::vector<Observation>& observations)
     : enc_(problem.space.params()), defaults_(problem.reference) {
   std::vector<Eigen::VectorXd> fx;
-  std::vector<bool> failed;
+  std::vector<FailureKind> failed;
   for (const Observation& o : observations) {
     if (o.outcome == Outcome::kPending) continue;
     const Config c = enc_.canonical(o.config, defaults_);
     fx.push_back(enc_.encode(c));
-    failed.push_back(o.outcome == Outcome::kFailed);
+    failed.push_back(o.outcome == Outcome::kFailed ? o.failure : FailureKind::kNone);
     if (o.outcome != Outcome::kComplete) continue;
     bool finite = std::isfinite(o.metrics.relative_accuracy_pct);
     for (double d : o.metrics.duration_s) finite = finite && std::isfinite(d) && d > 0;

@@ -48,6 +48,19 @@ void FailureModel::fit(const Eigen::MatrixXd& X, const std::vector<bool>& failed
   }
 }
 
+void FailureModel::fit(const Eigen::MatrixXd& X, const std::vector<FailureKind>& outcome) {
+  std::vector<Eigen::Index> rows;
+  std::vector<bool> failed;
+  for (size_t i = 0; i < outcome.size() && static_cast<Eigen::Index>(i) < X.rows(); ++i) {
+    if (outcome[i] != FailureKind::kNone && !is_about_the_config(outcome[i])) continue;
+    rows.push_back(static_cast<Eigen::Index>(i));
+    failed.push_back(outcome[i] != FailureKind::kNone);
+  }
+  Eigen::MatrixXd kept(static_cast<Eigen::Index>(rows.size()), X.cols());
+  for (size_t k = 0; k < rows.size(); ++k) kept.row(static_cast<Eigen::Index>(k)) = X.row(rows[k]);
+  fit(kept, failed);
+}
+
 double FailureModel::estimate(const Eigen::VectorXd& x, double h, int skip) const {
   double a = prior_strength_ * base_rate_, b = prior_strength_ * (1 - base_rate_);
   if (X_.rows() > 0) {

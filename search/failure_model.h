@@ -9,12 +9,19 @@
 
 #include <Eigen/Dense>
 
+#include "core/failure_kind.h"
+
 namespace soartune::search {
 
 class FailureModel {
  public:
   // X: encoded configs (rows); failed[i]: whether trial i failed.
   void fit(const Eigen::MatrixXd& X, const std::vector<bool>& failed);
+  // X: encoded configs (rows); outcome[i]: kNone for a trial that completed, else why it failed. Only failures
+  // the config can cause count (is_about_the_config: invalid config, out of memory, crash, timeout, ...); a
+  // trial killed from outside (cancelled, daemon restart, worker not started) says nothing about its config
+  // and is left out.
+  void fit(const Eigen::MatrixXd& X, const std::vector<FailureKind>& outcome);
   double probability(const Eigen::VectorXd& x) const;
   double bandwidth() const { return bandwidth_; }
   double base_rate() const { return base_rate_; }

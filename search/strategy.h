@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/failure_kind.h"
 #include "core/knob_value.h"
 #include "search/scoring.h"
 #include "search/space.h"
@@ -20,7 +21,7 @@ struct Observation {
   Config config;
   Outcome outcome = Outcome::kPending;
   TrialMetrics metrics;            // meaningful for kComplete
-  std::string failure;             // kFailed: the reason ("timeout", "out of memory", "exit code 11", ...)
+  FailureKind failure = FailureKind::kUnknown;   // kFailed: why (the failure model weighs it by its kind)
 };
 
 struct SearchProblem {
@@ -54,7 +55,8 @@ class Strategy {
   virtual std::optional<double> last_expected_improvement_pct() const { return std::nullopt; }
 };
 
-// "random" (uniform sampling, trial 0 the reference) or "bayes" (issue: Bayesian optimisation).
+// "random" (uniform sampling, trial 0 the reference) or "bayes" (Bayesian optimisation). Defined in
+// strategy_factory.cc, above the strategies: nothing on this floor includes them.
 Result<std::unique_ptr<Strategy>> make_strategy(const std::string& name);
 
 }  // namespace soartune::search

@@ -70,7 +70,9 @@ TEST(WorkerProcess, CrashBySignalIsFailedWithTheSignal) {
   TrialRecord t;
   TrialOutcome o = interpret(r, t);
   EXPECT_EQ(o.status, TrialStatus::kFailed);
-  EXPECT_EQ(o.failure_kind, "crash");
+  EXPECT_EQ(o.failure_kind, FailureKind::kCrash);
+  EXPECT_EQ(o.failure_code, SIGSEGV);
+  EXPECT_EQ(t.failure_kind, FailureKind::kCrash);
   EXPECT_NE(o.error.find("SIGSEGV"), std::string::npos) << o.error;
   EXPECT_NE(o.error.find("loading model"), std::string::npos) << o.error;
   EXPECT_EQ(t.log_tail, "loading model");
@@ -81,7 +83,7 @@ TEST(WorkerProcess, KilledBySigkillLooksLikeOutOfMemory) {
   TrialRecord t;
   TrialOutcome o = interpret(run_script(d, "kill -KILL $$"), t);
   EXPECT_EQ(o.status, TrialStatus::kFailed);
-  EXPECT_EQ(o.failure_kind, "out of memory");
+  EXPECT_EQ(o.failure_kind, FailureKind::kOutOfMemory);
   EXPECT_NE(o.error.find("SIGKILL"), std::string::npos) << o.error;
 }
 
@@ -95,7 +97,7 @@ TEST(WorkerProcess, HangIsKilledAtTheTimeout) {
   TrialRecord t;
   TrialOutcome o = interpret(r, t, 0.5);
   EXPECT_EQ(o.status, TrialStatus::kFailed);
-  EXPECT_EQ(o.failure_kind, "timeout");
+  EXPECT_EQ(o.failure_kind, FailureKind::kTimeout);
   EXPECT_EQ(o.error.rfind("timeout", 0), 0u) << o.error;
 }
 
@@ -170,7 +172,7 @@ TEST(WorkerProcess, JsonErrorOfABadConfigIsTheReason) {
       run_script(d, R"(echo '{"ok": false, "error": {"field": "launch.kv_cache_dtype", "message": "fp9 is not one of bf16"}}'; exit 2)"),
       t);
   EXPECT_EQ(o.status, TrialStatus::kFailed);
-  EXPECT_EQ(o.failure_kind, "invalid config");
+  EXPECT_EQ(o.failure_kind, FailureKind::kInvalidConfig);
   EXPECT_EQ(o.error, "worker exit code 2: launch.kv_cache_dtype: fp9 is not one of bf16");
 }
 
@@ -178,8 +180,8 @@ TEST(WorkerProcess, OutOfMemoryErrorIsClassified) {
   TempDir d;
   TrialRecord t;
   TrialOutcome o =
-      interpret(run_script(d, R"(echo '{"ok": false, "error": {"message": "CUDA out of memory allocating KV"}}'; exit 1)"), t);
-  EXPECT_EQ(o.failure_kind, "out of memory");
+      interpret(run_script(d, R"(echo '{"ok": false, "error": {"kind": "out_of_memory", "message": "cudaMalloc: out of device memory"}}'; exit 1)"), t);
+  EXPECT_EQ(o.failure_kind, FailureKind::kOutOfMemory);
   EXPECT_NE(o.error.find("worker exit code 1"), std::string::npos);
 }
 
@@ -187,7 +189,8 @@ TEST(WorkerProcess, NonZeroExitWithoutJsonNamesTheLastStderrLine) {
   TempDir d;
   TrialRecord t;
   TrialOutcome o = interpret(run_script(d, "echo first >&2; echo 'engine: bad weights' >&2; exit 7"), t);
-  EXPECT_EQ(o.failure_kind, "exit code 7");
+  EXPECT_EQ(o.failure_kind, FailureKind::kExitCode);
+  EXPECT_EQ(o.failure_code, 7);
   EXPECT_NE(o.error.find("engine: bad weights"), std::string::npos) << o.error;
 }
 
@@ -226,6 +229,57 @@ TEST(TrialResult, MissingTierIsABadResult) {
   TrialOutcome o = interpret(run_script(d, "cat " + d.file("r.json")), t);
   EXPECT_EQ(o.status, TrialStatus::kFailed);
   EXPECT_EQ(o.error, "bad worker result: tier cinf missing");
+}
+
+// Worker output is untrusted: a field of the wrong type is a FAILED trial naming the field, never an exception.
+TEST(TrialResult, WrongTypesAreBadOutputNamingTheField) {
+  TempDir d;
+  struct Case { std::string doc, field; };
+  for (const Case& c : {Case{R"({"ok": 1})", "ok: expected a boolean, got number"},
+                        Case{R"({"ok": "yes"})", "ok: expected a boolean, got string"},
+                        Case{R"({"ok": true, "tiers": [{"tier": "c1", "duration_s": "1.5"}], "accuracy": {"relative_pct": 99}})",
+                             "tiers[0].duration_s: expected a number, got string"},
+                        Case{R"({"ok": true, "tiers": [], "accuracy": []})", "accuracy: expected an object, got array"},
+                        Case{R"({"ok": false, "error": {"kind": 3}})", "error.kind: expected a string, got number"},
+                        Case{R"({"ok": true, "plans": [{"op": "gemv", "choice": {"variant": 4}}]})",
+                             "plans[0].choice.variant: expected a string, got number"}}) {
+    write_file(d.file("r.json"), c.doc);
+    TrialRecord t;
+    TrialOutcome o = interpret(run_script(d, "cat " + d.file("r.json")), t);
+    EXPECT_EQ(o.status, TrialStatus::kFailed) << c.doc;
+    EXPECT_EQ(o.failure_kind, FailureKind::kBadOutput) << c.doc;
+    EXPECT_EQ(o.error, "bad worker result: " + c.field) << c.doc;
+  }
+}
+
+// Bytes that are not UTF-8 never reach the store: the log tail and the reason are repaired, and a cut keeps
+// multi-byte characters whole.
+TEST(TrialResult, TextIsValidUtf8) {
+  TempDir d;
+  TrialRecord t;
+  TrialOutcome o = interpret(run_script(d, R"(printf 'bad \377\376 bytes\n' >&2; printf 'caf\303\251\n' >&2; exit 5)"), t);
+  EXPECT_EQ(o.failure_kind, FailureKind::kExitCode);
+  EXPECT_EQ(t.log_tail, "bad \xEF\xBF\xBD\xEF\xBF\xBD bytes\ncaf\xC3\xA9");
+  EXPECT_EQ(o.error, "worker exit code 5; last stderr line: caf\xC3\xA9");
+  EXPECT_EQ(last_lines("caf\xC3\xA9", 1, 1), "");
+  EXPECT_EQ(last_lines("caf\xC3\xA9", 1, 2), "\xC3\xA9");
+}
+
+// Plans and the environment the worker reports come through typed.
+TEST(TrialResult, PlansAndEnvironmentAreKept) {
+  TempDir d;
+  std::string doc = kGoodResult;
+  doc.insert(doc.size() - 1, R"(, "plans": [{"op": "gemv", "shape": "m1 n64 k64", "choice": {"variant": "m1w8u2b4"}}],)"
+                             R"( "env": {"CUDA_VISIBLE_DEVICES": "3"})");
+  write_file(d.file("r.json"), doc);
+  TrialRecord t;
+  TrialOutcome o = interpret(run_script(d, "cat " + d.file("r.json")), t);
+  ASSERT_EQ(o.status, TrialStatus::kComplete) << o.error;
+  ASSERT_EQ(t.plans.size(), 1u);
+  EXPECT_EQ(t.plans[0].op, "gemv");
+  EXPECT_EQ(t.plans[0].shape, "m1 n64 k64");
+  EXPECT_EQ(t.plans[0].choice.at("variant"), "m1w8u2b4");
+  EXPECT_EQ(t.env.at("CUDA_VISIBLE_DEVICES"), "3");
 }
 
 TEST(WorkerProcess, LastLines) {

@@ -37,7 +37,7 @@ Observation run(const Config& c, std::mt19937_64& rng) {
   const bool graphs = std::get<bool>(c.at("cuda_graphs"));
   if (mrr >= 64 && kv == "bf16") {
     o.outcome = Outcome::kFailed;
-    o.failure = "out of memory";
+    o.failure = FailureKind::kOutOfMemory;
     return o;
   }
   std::normal_distribution<double> n(0, 0.01);
@@ -172,7 +172,7 @@ TEST(BayesStrategy, ConstantAndFailedObservationsGiveFiniteSuggestions) {
     o.config = sug[0].config;
     if (i % 3 == 2) {
       o.outcome = Outcome::kFailed;
-      o.failure = "timeout";
+      o.failure = FailureKind::kTimeout;
     } else {
       o.outcome = Outcome::kComplete;
       o.metrics.duration_s = {2.0, 2.0, 2.0};   // identical measurements everywhere

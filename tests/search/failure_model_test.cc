@@ -74,5 +74,27 @@ TEST(FailureModel, FailingRegionIsLocal) {
   EXPECT_GT(edge, 5 * outside);
 }
 
+// The kind decides whether a failure teaches the model something about the config: out-of-memory failures in
+// one corner raise the probability there; the same trials failed by a daemon restart leave it at the base rate.
+TEST(FailureModel, ReadsTheFailureKind) {
+  const int n = 40;
+  Eigen::MatrixXd X(n, 1);
+  std::vector<FailureKind> oom(n, FailureKind::kNone), restart(n, FailureKind::kNone);
+  for (int i = 0; i < n; ++i) {
+    X(i, 0) = static_cast<double>(i) / (n - 1);
+    if (X(i, 0) > 0.75) {
+      oom[static_cast<size_t>(i)] = FailureKind::kOutOfMemory;
+      restart[static_cast<size_t>(i)] = FailureKind::kRestart;
+    }
+  }
+  FailureModel a, b;
+  a.fit(X, oom);
+  b.fit(X, restart);
+  const Eigen::VectorXd corner = Eigen::VectorXd::Constant(1, 0.95);
+  EXPECT_GT(a.probability(corner), 0.7);
+  EXPECT_LT(b.probability(corner), 0.1);
+  EXPECT_LT(b.base_rate(), 0.05);
+}
+
 }  // namespace
 }  // namespace soartune::search

@@ -392,6 +392,77 @@ TEST(StoreEnums, TextRoundTrip) {
 
 // ---- crash recovery ----
 
+// Every failure kind the daemon can record comes back from the store as the same value, with its code; the
+// reference flag, the kernel plans and the environment come back too.
+TEST_F(StoreTest, TypedTrialFactsRoundTrip) {
+  auto store = open();
+  ASSERT_TRUE(store->insert_job(make_job("j", 1)).ok());
+  const FailureKind kinds[] = {FailureKind::kInvalidConfig, FailureKind::kOutOfMemory, FailureKind::kCrash,
+                               FailureKind::kTimeout,       FailureKind::kExitCode,    FailureKind::kBadOutput,
+                               FailureKind::kWorkerError,   FailureKind::kNotStarted,  FailureKind::kCancelled,
+                               FailureKind::kRestart,       FailureKind::kUnknown};
+  int64_t n = 0;
+  for (FailureKind k : kinds) {
+    TrialRecord t = running_trial("j", n);
+    ASSERT_TRUE(store->insert_trial(t).ok());
+    t = failed_trial("j", n, std::string("because ") + to_string(k));
+    if (k == FailureKind::kCancelled) t.status = TrialStatus::kCancelled;
+    t.failure_kind = k;
+    t.failure_code = static_cast<int>(n) + 1;
+    ASSERT_TRUE(store->finish_trial(t).ok());
+    auto back = store->get_trial("j", n);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back.value().failure_kind, k) << to_string(k);
+    EXPECT_EQ(failure_kind_from_string(to_string(k)), k);
+    EXPECT_EQ(back.value().failure_code, static_cast<int>(n) + 1);
+    EXPECT_FALSE(back.value().is_reference);
+    ++n;
+  }
+  TrialRecord ref = running_trial("j", n);
+  ref.is_reference = true;
+  ASSERT_TRUE(store->insert_trial(ref).ok());
+  TrialRecord done = complete_trial("j", n, 90, 100, {1, 2, 3});
+  done.plans = {{"gemv", "m1 n64 k64", {{"variant", "m1w8u2b4"}}}, {"attention_decode", "h8 d64", {{"splits", "4"}}}};
+  done.env = {{"CUDA_VISIBLE_DEVICES", "3"}, {"OMP_NUM_THREADS", "2"}};
+  ASSERT_TRUE(store->finish_trial(done).ok());
+  auto back = store->list_trials(TrialQuery{"j", TrialStatus::kComplete});
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_TRUE(back[0].is_reference);
+  EXPECT_EQ(back[0].failure_kind, FailureKind::kNone);
+  ASSERT_EQ(back[0].plans.size(), 2u);
+  EXPECT_EQ(back[0].plans[0].op, "gemv");
+  EXPECT_EQ(back[0].plans[0].choice.at("variant"), "m1w8u2b4");
+  EXPECT_EQ(back[0].plans[1].shape, "h8 d64");
+  EXPECT_EQ(back[0].env, done.env);
+}
+
+// A version-3 database gets the typed columns from what it recorded: the reference from the suggestion, the
+// failure kind from the reason.
+TEST_F(StoreTest, Version3DatabaseGetsFailureKindsAndTheReferenceFlag) {
+  raw_exec("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_ms INTEGER NOT NULL DEFAULT 0);"
+           "INSERT INTO schema_version (version) VALUES (1), (2), (3);");
+  for (int v = 0; v < 3; ++v) raw_exec(sql::migrations()[static_cast<size_t>(v)].sql);
+  raw_exec("INSERT INTO jobs (id, state) VALUES ('old', 'SUCCEEDED');"
+           "INSERT INTO trials (job_id, number, status, suggestion_json, error) VALUES "
+           "('old', 0, 'COMPLETE', '{\"strategy\":\"reference\"}', ''),"
+           "('old', 1, 'FAILED', '{\"strategy\":\"bayes\"}', 'worker crashed: killed by SIGSEGV'),"
+           "('old', 2, 'FAILED', '', 'daemon restarted'),"
+           "('old', 3, 'FAILED', '', 'worker exit code 2: launch.kv_cache_dtype: fp9'),"
+           "('old', 4, 'FAILED', '', 'timeout: no result within 5 s; worker killed'),"
+           "('old', 5, 'CANCELLED', '', 'cancelled by CancelJob'),"
+           "('old', 6, 'FAILED', '', 'worker exit code 1: cudaMalloc: out of memory');");
+  auto store = open();
+  ASSERT_TRUE(store);
+  auto ts = store->list_trials(TrialQuery{"old"});
+  ASSERT_EQ(ts.size(), 7u);
+  EXPECT_TRUE(ts[0].is_reference);
+  EXPECT_FALSE(ts[1].is_reference);
+  const FailureKind want[] = {FailureKind::kNone,    FailureKind::kCrash,     FailureKind::kRestart,
+                              FailureKind::kInvalidConfig, FailureKind::kTimeout, FailureKind::kCancelled,
+                              FailureKind::kOutOfMemory};
+  for (size_t i = 0; i < ts.size(); ++i) EXPECT_EQ(ts[i].failure_kind, want[i]) << i;
+}
+
 TEST_F(StoreTest, RunningTrialsFailOnRecovery) {
   {
     auto store = open();
@@ -410,6 +481,7 @@ TEST_F(StoreTest, RunningTrialsFailOnRecovery) {
     ASSERT_TRUE(t.ok());
     EXPECT_EQ(t.value().status, TrialStatus::kFailed);
     EXPECT_EQ(t.value().error, "daemon restarted");
+    EXPECT_EQ(t.value().failure_kind, FailureKind::kRestart);
     EXPECT_GT(t.value().finished_ms, 0);
   }
   auto done = store->get_trial("j", 0);

@@ -1,7 +1,8 @@
-#include "search/strategy.h"
-
+// The one place that knows every strategy: make_strategy (declared with the Strategy interface in strategy.h,
+// so callers need only the interface) lives above the strategies, not beside the interface they implement.
 #include "search/bayes_strategy.h"
 #include "search/random_strategy.h"
+#include "search/strategy.h"
 
 namespace soartune::search {
 
