@@ -36,6 +36,27 @@ ModelConfig shape(int hidden, int inter, int layers, int heads, int kv, int hd, 
   return c;
 }
 
+// MiniCPM-SALA with the release's semantics: softmax layers at `softmax` (NoPE, output gate, InfLLM-v2
+// sparse_config of the release), lightning layers elsewhere with as many heads of the same width as the
+// softmax layers' queries, no GQA, qk-norm, RoPE, output norm and gate; muP scale_emb 12, scale_depth 1.4,
+// logits divided by 16.
+ModelConfig minicpm_sala(ModelConfig c, std::initializer_list<int> softmax) {
+  c.mixers.assign(static_cast<std::size_t>(c.layers), MixerKind::kLightning);
+  for (int i : softmax) c.mixers[static_cast<std::size_t>(i)] = MixerKind::kSoftmax;
+  c.attn_use_rope = false;
+  c.attn_output_gate = true;
+  c.sparse = SparseAttentionConfig{true, 64, 8192, 1, 32, 16, 64, 2048};
+  c.lightning_heads = c.heads;
+  c.lightning_kv_heads = c.heads;
+  c.lightning_head_dim = c.head_dim;
+  c.lightning_scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  c.lightning_qk_norm = c.lightning_use_rope = c.lightning_output_norm = c.lightning_output_gate = true;
+  c.embed_scale = 12.f;
+  c.residual_scale = static_cast<float>(1.4 / std::sqrt(static_cast<double>(c.layers)));
+  c.logit_divisor = 16.f;
+  return c;
+}
+
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> p = {
       // A whole demo trial runs in seconds on two cores.
@@ -43,8 +64,12 @@ const std::vector<Preset>& presets() {
       // The shared test model's shape (tiny-llama-bpe4k).
       {"small", shape(512, 1536, 6, 4, 2, 128, 4096, 1e-5f, 10000.f, 4096)},
       {"llama3-8b", shape(4096, 14336, 32, 32, 8, 128, 128256, 1e-5f, 500000.f, 131072)},
-      // MiniCPM-SALA's dense dimensions as a plain Llama decoder (its sparse / linear attention aside).
-      {"minicpm-sala-9b", shape(4096, 16384, 32, 32, 2, 128, 73448, 1e-6f, 10000.f, 131072)},
+      // The MiniCPM-SALA release (openbmb/MiniCPM-SALA config.json: hidden 4096, 32 x 128 heads, 2 KV heads,
+      // dim_model_base 256), for timing at scale.
+      {"minicpm-sala-9b", minicpm_sala(shape(4096, 16384, 32, 32, 2, 128, 73448, 1e-6f, 10000.f, 524288),
+                                       {0, 9, 16, 17, 22, 29, 30, 31})},
+      // The shared tiny-sala test model's shape (hidden 256, dim_model_base 16), for quick hybrid-model trials.
+      {"tiny-sala", minicpm_sala(shape(256, 768, 8, 4, 2, 64, 4096, 1e-6f, 10000.f, 16384), {0, 4, 7})},
   };
   return p;
 }
@@ -112,13 +137,22 @@ Result<ModelWeights> synthetic_model(const std::string& preset, uint64_t seed) {
   // Embedding rows of unit RMS, so the first RMSNorm sees the same scale as later layers.
   fill_uniform_bf16(&w.embed.w16, static_cast<std::size_t>(c.vocab) * c.hidden, std::sqrt(3.f), seed, stream++);
   w.layers.resize(static_cast<std::size_t>(c.layers));
-  for (auto& l : w.layers) {
+  for (int i = 0; i < c.layers; ++i) {
+    LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
+    const int qd = c.layer_q_dim(i), kvd = c.layer_kv_dim(i);
+    const bool lightning = c.mixer(i) == MixerKind::kLightning;
     l.attn_norm.assign(static_cast<std::size_t>(c.hidden), 1.f);
     l.mlp_norm.assign(static_cast<std::size_t>(c.hidden), 1.f);
-    l.wq = random_linear(c.q_dim(), c.hidden, seed, stream++);
-    l.wk = random_linear(c.kv_dim(), c.hidden, seed, stream++);
-    l.wv = random_linear(c.kv_dim(), c.hidden, seed, stream++);
-    l.wo = random_linear(c.hidden, c.q_dim(), seed, stream++);
+    l.wq = random_linear(qd, c.hidden, seed, stream++);
+    l.wk = random_linear(kvd, c.hidden, seed, stream++);
+    l.wv = random_linear(kvd, c.hidden, seed, stream++);
+    l.wo = random_linear(c.hidden, qd, seed, stream++);
+    if (lightning ? c.lightning_output_gate : c.attn_output_gate) l.w_out_gate = random_linear(qd, c.hidden, seed, stream++);
+    if (lightning && c.lightning_qk_norm) {
+      l.q_norm.assign(static_cast<std::size_t>(c.lightning_head_dim), 1.f);
+      l.k_norm.assign(static_cast<std::size_t>(c.lightning_head_dim), 1.f);
+    }
+    if (lightning && c.lightning_output_norm) l.o_norm.assign(static_cast<std::size_t>(qd), 1.f);
     l.w_gate = random_linear(c.intermediate, c.hidden, seed, stream++);
     l.w_up = random_linear(c.intermediate, c.hidden, seed, stream++);
     l.w_down = random_linear(c.hidden, c.intermediate, seed, stream++);
@@ -134,6 +168,133 @@ bool get_num(const nlohmann::json& j, const char* key, T* out) {
   if (!j[key].is_number()) return false;
   *out = j[key].get<T>();
   return true;
+}
+
+bool is_minicpm_sala(const nlohmann::json& j) {
+  if (j.value("model_type", std::string()) == "minicpm_sala") return true;
+  if (j.contains("architectures") && j["architectures"].is_array())
+    for (const auto& a : j["architectures"])
+      if (a.is_string() && a.get<std::string>() == "MiniCPMSALAForCausalLM") return true;
+  return false;
+}
+
+// A boolean key with its default; anything but true/false/absent is an error naming the key.
+Status get_bool(const nlohmann::json& j, const char* key, bool def, bool* out) {
+  *out = def;
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  if (!j[key].is_boolean()) return Status::Invalid("config.json " + std::string(key) + ": must be true or false");
+  *out = j[key].get<bool>();
+  return Status::Ok();
+}
+
+// A key the engine implements at one value only: absent or equal to `supported`.
+Status require_bool(const nlohmann::json& j, const char* key, bool supported) {
+  bool v = supported;
+  if (Status s = get_bool(j, key, supported, &v); !s.ok()) return s;
+  if (v != supported)
+    return Status::Invalid("config.json " + std::string(key) + ": " + (v ? "true" : "false") +
+                           " is not supported; allowed: " + (supported ? "true" : "false"));
+  return Status::Ok();
+}
+
+// MiniCPM-SALA (MiniCPMSALAForCausalLM): the release config.json keys, read as the official modeling code
+// reads them (modeling_minicpm_sala.py); every value the engine does not implement is refused by name.
+Status read_minicpm_sala(const nlohmann::json& j, ModelConfig* out) {
+  ModelConfig& c = *out;
+  // Softmax ("minicpm4") layers size their heads as hidden_size / num_attention_heads (MiniCPMAttention
+  // does not read head_dim); the lightning layers read head_dim.
+  if (c.hidden % c.heads != 0)
+    return Status::Invalid("config.json num_attention_heads: " + std::to_string(c.heads) + " does not divide hidden_size " + std::to_string(c.hidden));
+  c.head_dim = c.hidden / c.heads;
+  if (c.attention_bias) return Status::Invalid("config.json attention_bias: true is not supported for MiniCPM-SALA; allowed: false");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    return Status::Invalid("config.json rope_scaling: only null is supported for MiniCPM-SALA");
+  if (!j.contains("mixer_types") || !j["mixer_types"].is_array())
+    return Status::Invalid("config.json mixer_types: missing or not a list");
+  const auto& mt = j["mixer_types"];
+  if (static_cast<int>(mt.size()) != c.layers)
+    return Status::Invalid("config.json mixer_types: " + std::to_string(mt.size()) + " entries for num_hidden_layers " + std::to_string(c.layers));
+  c.mixers.clear();
+  for (std::size_t i = 0; i < mt.size(); ++i) {
+    const std::string m = mt[i].is_string() ? mt[i].get<std::string>() : mt[i].dump();
+    if (m == "minicpm4") c.mixers.push_back(MixerKind::kSoftmax);
+    else if (m == "lightning-attn" || m == "lightning_attn" || m == "lightning") c.mixers.push_back(MixerKind::kLightning);
+    else
+      return Status::Invalid("config.json mixer_types[" + std::to_string(i) + "]: '" + m +
+                             "' is not one of minicpm4, lightning-attn, lightning_attn, lightning");
+  }
+  // Softmax layers.
+  bool rope = true;
+  if (Status s = get_bool(j, "attn_use_rope", true, &rope); !s.ok()) return s;
+  c.attn_use_rope = rope;
+  if (Status s = get_bool(j, "attn_use_output_gate", false, &c.attn_output_gate); !s.ok()) return s;
+  // Lightning layers. The HF code takes their query heads from num_attention_heads and their width from
+  // head_dim; the SGLang and vLLM ports read lightning_nh / lightning_head_dim. Equal in the release; a
+  // checkpoint where they differ is ambiguous and refused.
+  c.lightning_heads = c.heads;
+  c.lightning_kv_heads = c.kv_heads;
+  get_num(j, "lightning_nkv", &c.lightning_kv_heads);
+  int nh = c.heads;
+  if (get_num(j, "lightning_nh", &nh) && nh != c.heads)
+    return Status::Invalid("config.json lightning_nh: " + std::to_string(nh) + " differs from num_attention_heads " + std::to_string(c.heads) +
+                           " (the official code reads the latter, its ports the former); only equal values are supported");
+  int hd = c.head_dim;
+  const bool has_head_dim = get_num(j, "head_dim", &hd);
+  c.lightning_head_dim = hd;
+  int lhd = hd;
+  if (get_num(j, "lightning_head_dim", &lhd)) {
+    if (has_head_dim && lhd != hd)
+      return Status::Invalid("config.json lightning_head_dim: " + std::to_string(lhd) + " differs from head_dim " + std::to_string(hd) +
+                             " (the official code reads the latter, its ports the former); only equal values are supported");
+    c.lightning_head_dim = lhd;
+  }
+  if (c.lightning_head_dim <= 0 || c.lightning_head_dim % 2 != 0)
+    return Status::Invalid("config.json lightning_head_dim: must be a positive even integer");
+  if (c.lightning_kv_heads <= 0 || c.lightning_heads % c.lightning_kv_heads != 0)
+    return Status::Invalid("config.json lightning_nkv: " + std::to_string(c.lightning_kv_heads) + " does not divide the lightning heads " +
+                           std::to_string(c.lightning_heads));
+  const std::string scale = j.value("lightning_scale", std::string("1/sqrt(d)"));
+  if (scale == "1/sqrt(d)") c.lightning_scale = 1.f / std::sqrt(static_cast<float>(c.lightning_head_dim));
+  else if (scale == "1/d") c.lightning_scale = 1.f / static_cast<float>(c.lightning_head_dim);
+  else return Status::Invalid("config.json lightning_scale: '" + scale + "' is not supported; allowed: 1/sqrt(d), 1/d");
+  if (Status s = get_bool(j, "lightning_use_rope", true, &c.lightning_use_rope); !s.ok()) return s;
+  if (Status s = get_bool(j, "qk_norm", true, &c.lightning_qk_norm); !s.ok()) return s;
+  if (Status s = get_bool(j, "use_output_norm", false, &c.lightning_output_norm); !s.ok()) return s;
+  if (Status s = get_bool(j, "use_output_gate", false, &c.lightning_output_gate); !s.ok()) return s;
+  // One RoPE table serves both kinds of layer.
+  if (c.attn_use_rope && c.lightning_use_rope && c.has_lightning() && c.lightning_head_dim != c.head_dim)
+    return Status::Invalid("config.json attn_use_rope: RoPE on softmax layers of head width " + std::to_string(c.head_dim) +
+                           " beside lightning layers of width " + std::to_string(c.lightning_head_dim) + " is not supported; allowed: false");
+  // muP.
+  double scale_emb = 0, scale_depth = 0, dim_model_base = 0;
+  if (!get_num(j, "scale_emb", &scale_emb) || scale_emb <= 0) return Status::Invalid("config.json scale_emb: missing or not a positive number");
+  if (!get_num(j, "scale_depth", &scale_depth) || scale_depth <= 0) return Status::Invalid("config.json scale_depth: missing or not a positive number");
+  if (!get_num(j, "dim_model_base", &dim_model_base) || dim_model_base <= 0)
+    return Status::Invalid("config.json dim_model_base: missing or not a positive number");
+  c.embed_scale = static_cast<float>(scale_emb);
+  c.residual_scale = static_cast<float>(scale_depth / std::sqrt(static_cast<double>(c.layers)));
+  c.logit_divisor = static_cast<float>(c.hidden / dim_model_base);
+  // InfLLM-v2 sparse attention of the softmax layers.
+  c.sparse = SparseAttentionConfig{};
+  if (j.contains("sparse_config") && !j["sparse_config"].is_null()) {
+    const auto& sc = j["sparse_config"];
+    if (!sc.is_object()) return Status::Invalid("config.json sparse_config: must be a mapping or null");
+    SparseAttentionConfig& sp = c.sparse;
+    sp.present = true;
+    for (auto [key, dst] : {std::pair{"block_size", &sp.block_size}, {"dense_len", &sp.dense_len}, {"init_blocks", &sp.init_blocks},
+                            {"kernel_size", &sp.kernel_size}, {"kernel_stride", &sp.kernel_stride}, {"topk", &sp.topk},
+                            {"window_size", &sp.window_size}}) {
+      if (sc.contains(key) && !(get_num(sc, key, dst) && *dst >= 0))
+        return Status::Invalid("config.json sparse_config." + std::string(key) + ": must be a non-negative integer");
+    }
+    if (Status s = require_bool(sc, "use_nope", false); !s.ok())
+      return Status::Invalid("config.json sparse_config." + s.message.substr(std::string("config.json ").size()));
+    if (sp.block_size <= 0 || sp.kernel_size <= 0 || sp.kernel_stride <= 0 || sp.block_size % sp.kernel_stride != 0 ||
+        sp.window_size % sp.block_size != 0)
+      return Status::Invalid("config.json sparse_config: block_size, kernel_size and kernel_stride must be positive, with "
+                             "kernel_stride dividing block_size and block_size dividing window_size");
+  }
+  return Status::Ok();
 }
 
 Status hf_linear(const Checkpoint& ck, const std::string& name, int out, int in, bool bias, QuantizedLinear* l) {
@@ -165,12 +326,21 @@ Result<ModelWeights> hf_model(const std::string& dir) {
   for (int i = 0; i < c.layers; ++i) {
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
     const std::string p = "model.layers." + std::to_string(i) + ".";
+    const int qd = c.layer_q_dim(i), kvd = c.layer_kv_dim(i);
+    const bool lightning = c.mixer(i) == MixerKind::kLightning;
     Status s = ck.read_f32(p + "input_layernorm.weight", {d}, &l.attn_norm);
     if (s.ok()) s = ck.read_f32(p + "post_attention_layernorm.weight", {d}, &l.mlp_norm);
-    if (s.ok()) s = hf_linear(ck, p + "self_attn.q_proj", c.q_dim(), d, c.attention_bias, &l.wq);
-    if (s.ok()) s = hf_linear(ck, p + "self_attn.k_proj", c.kv_dim(), d, c.attention_bias, &l.wk);
-    if (s.ok()) s = hf_linear(ck, p + "self_attn.v_proj", c.kv_dim(), d, c.attention_bias, &l.wv);
-    if (s.ok()) s = hf_linear(ck, p + "self_attn.o_proj", d, c.q_dim(), false, &l.wo);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.q_proj", qd, d, c.attention_bias, &l.wq);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.k_proj", kvd, d, c.attention_bias, &l.wk);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.v_proj", kvd, d, c.attention_bias, &l.wv);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.o_proj", d, qd, false, &l.wo);
+    if (s.ok() && !lightning && c.attn_output_gate) s = hf_linear(ck, p + "self_attn.o_gate", qd, d, false, &l.w_out_gate);
+    if (s.ok() && lightning && c.lightning_output_gate) s = hf_linear(ck, p + "self_attn.z_proj", qd, d, false, &l.w_out_gate);
+    if (s.ok() && lightning && c.lightning_qk_norm) {
+      s = ck.read_f32(p + "self_attn.q_norm.weight", {c.lightning_head_dim}, &l.q_norm);
+      if (s.ok()) s = ck.read_f32(p + "self_attn.k_norm.weight", {c.lightning_head_dim}, &l.k_norm);
+    }
+    if (s.ok() && lightning && c.lightning_output_norm) s = ck.read_f32(p + "self_attn.o_norm.weight", {qd}, &l.o_norm);
     if (s.ok()) s = hf_linear(ck, p + "mlp.gate_proj", c.intermediate, d, false, &l.w_gate);
     if (s.ok()) s = hf_linear(ck, p + "mlp.up_proj", c.intermediate, d, false, &l.w_up);
     if (s.ok()) s = hf_linear(ck, p + "mlp.down_proj", d, c.intermediate, false, &l.w_down);
@@ -263,6 +433,8 @@ Result<ModelConfig> read_hf_config(const std::string& dir) {
   }
   if (j.value("hidden_act", std::string("silu")) != "silu")
     return Status::Invalid("config.json hidden_act: " + j["hidden_act"].get<std::string>() + " is not supported; allowed: silu");
+  if (is_minicpm_sala(j))
+    if (Status s = read_minicpm_sala(j, &c); !s.ok()) return s;
   return c;
 }
 

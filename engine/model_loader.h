@@ -1,6 +1,7 @@
 // Builds ModelWeights (16-bit, as the checkpoint holds them) from a model spec:
 //   hf:<dir>            config.json + safetensors (sharded or single; bf16 / fp16 / fp32), Llama / Qwen2 /
-//                       Mistral tensor names; rope_theta or rope_parameters.rope_theta; tied or untied.
+//                       Mistral tensor names; rope_theta or rope_parameters.rope_theta; tied or untied;
+//                       MiniCPM-SALA (MiniCPMSALAForCausalLM: mixer_types, lightning_*, gates, muP, sparse_config).
 //   synthetic:<preset>  deterministic random bf16 weights of a named shape (synthetic_presets()).
 #pragma once
 
@@ -19,7 +20,7 @@ Result<ModelWeights> load_model(const std::string& spec, uint64_t seed = 1);
 
 Result<ModelConfig> read_hf_config(const std::string& dir);
 Result<ModelConfig> synthetic_config(const std::string& preset);
-std::vector<std::string> synthetic_presets();   // tiny, small, llama3-8b, minicpm-sala-9b
+std::vector<std::string> synthetic_presets();   // tiny, small, llama3-8b, minicpm-sala-9b, tiny-sala
 
 // Host bytes the 16-bit weights of `c` take (what load_model must find free).
 std::size_t weight_bytes_16(const ModelConfig& c);

@@ -55,8 +55,10 @@ Status quantize_model(ModelWeights& w, const LaunchConfig& launch) {
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
     const int ab = launch.weight_bits_for(i, n, ProjKind::kAttn);
     const int mb = launch.weight_bits_for(i, n, ProjKind::kMlp);
-    for (QuantizedLinear* p : {&l.wq, &l.wk, &l.wv, &l.wo})
-      if (Status s = quantize_linear(*p, ab, launch.weight_group_size); !s.ok()) return s;
+    // The mixer's output gate (MiniCPM-SALA o_gate / z_proj) is an attention projection like q/k/v/o.
+    for (QuantizedLinear* p : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_out_gate})
+      if (p->out > 0)
+        if (Status s = quantize_linear(*p, ab, launch.weight_group_size); !s.ok()) return s;
     for (QuantizedLinear* p : {&l.w_gate, &l.w_up, &l.w_down})
       if (Status s = quantize_linear(*p, mb, launch.weight_group_size); !s.ok()) return s;
   }

@@ -38,9 +38,9 @@ std::size_t ModelWeights::storage_bytes() const {
   std::size_t b = embed.storage_bytes() + final_norm.size() * 4;
   if (!config.tie_embeddings || lm_head.bits != 16) b += lm_head.storage_bytes();  // a quantised copy is its own
   for (const auto& l : layers)
-    b += (l.attn_norm.size() + l.mlp_norm.size()) * 4 + l.wq.storage_bytes() + l.wk.storage_bytes() +
-         l.wv.storage_bytes() + l.wo.storage_bytes() + l.w_gate.storage_bytes() + l.w_up.storage_bytes() +
-         l.w_down.storage_bytes();
+    b += (l.attn_norm.size() + l.mlp_norm.size() + l.q_norm.size() + l.k_norm.size() + l.o_norm.size()) * 4 +
+         l.wq.storage_bytes() + l.wk.storage_bytes() + l.wv.storage_bytes() + l.wo.storage_bytes() +
+         l.w_out_gate.storage_bytes() + l.w_gate.storage_bytes() + l.w_up.storage_bytes() + l.w_down.storage_bytes();
   return b;
 }
 

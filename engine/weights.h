@@ -34,12 +34,20 @@ struct QuantizedLinear {
 // Rows [row0, row0 + rows) of W as fp32, row-major [rows][in], into `dst`.
 void dequantize_rows(const QuantizedLinear& w, int row0, int rows, float* dst);
 
+// q/k/v/o widths are the layer's own (ModelConfig::layer_q_dim / layer_kv_dim): a lightning layer of
+// MiniCPM-SALA has its own head counts.
 struct LayerWeights {
   std::vector<float> attn_norm;    // [hidden] input_layernorm
   QuantizedLinear wq;              // [q_dim][hidden]
   QuantizedLinear wk;              // [kv_dim][hidden]
   QuantizedLinear wv;              // [kv_dim][hidden]
   QuantizedLinear wo;              // [hidden][q_dim]
+  // The mixer's sigmoid output gate, o *= sigmoid(w_out_gate x): softmax layers' o_gate
+  // (attn_output_gate), lightning layers' z_proj (lightning_output_gate). out == 0 when the model has none.
+  QuantizedLinear w_out_gate;      // [q_dim][hidden]
+  std::vector<float> q_norm;       // [lightning_head_dim] lightning qk_norm (per head, shared weight), or empty
+  std::vector<float> k_norm;       // [lightning_head_dim], or empty
+  std::vector<float> o_norm;       // [lightning_q_dim] lightning output RMSNorm over all heads, or empty
   std::vector<float> mlp_norm;     // [hidden] post_attention_layernorm
   QuantizedLinear w_gate;          // [intermediate][hidden]
   QuantizedLinear w_up;            // [intermediate][hidden]
