@@ -14,9 +14,11 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/launch_config.h"
 #include "core/status.h"
+#include "core/worker_result.h"
 #include "engine/weights.h"
 
 namespace soartune::engine {
@@ -68,6 +70,8 @@ class Backend {
   virtual int kv_pages() const = 0;                 // pages prepare() allocated
   virtual Status forward(const Step& step, StepOutput& out) = 0;
   virtual std::size_t peak_memory_bytes() const = 0;  // device memory high-water mark (CPU: peak RSS)
+  // The kernel plans prepare() made (variant, tiles, splits, grid per op and shape); none for the CPU.
+  virtual std::vector<KernelPlan> kernel_plans() const { return {}; }
 };
 
 // The fp32 reference backend (Eigen). threads <= 0: hardware concurrency.

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/bench/step_timing.h"
+#include "engine/bench/synthetic_weights.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/model_loader.h"
 #include "kernels/gemm.cuh"
@@ -26,7 +28,8 @@
 
 namespace st = soartune;
 namespace kn = soartune::kernels;
-using st::soartune::Status;
+using soartune::Status;
+namespace eb = soartune::engine::bench;
 
 namespace {
 
@@ -269,7 +272,7 @@ void bench_linear_paths(const st::engine::ModelConfig& cfg, const Format& fm, in
 void print_profile(st::engine::cuda::CudaModel& m, const st::engine::Step& step, const std::string& label,
                    double forward_ms) {
   std::vector<std::pair<std::string, double>> stages;
-  check(m.profile_step(step, &stages), "profile");
+  check(eb::profile_step(m, step, &stages), "profile");
   double total = 0;
   std::string line;
   for (const auto& [name, ms] : stages) {
@@ -314,7 +317,7 @@ double time_decode(st::engine::cuda::CudaModel& m, int batch, int ctx, int reps,
     const auto t1 = std::chrono::steady_clock::now();
     if (i >= 3) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
-  if (graph_ms) check(m.replay_graph(batch, reps, graph_ms), "graph replay");
+  if (graph_ms) check(eb::replay_graph(m, batch, reps, graph_ms), "graph replay");
   if (!profile_label.empty()) print_profile(m, step, profile_label, median(t));
   return median(t);
 }
@@ -454,7 +457,7 @@ int main(int argc, char** argv) {
         continue;
       auto m = std::make_unique<st::engine::cuda::CudaModel>();
       check(m->init(0), "init");
-      check(m->generate(cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
+      check(eb::generate_weights(*m, cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
       st::engine::cuda::CudaOptions o;
       o.kv_dtype = kv;
       o.max_sequences = max_batch;
@@ -465,7 +468,7 @@ int main(int argc, char** argv) {
       o.gemv_variant = gemv_variant;
       o.decode_kv_splits = kv_splits;
       check(m->prepare(o), "prepare");
-      check(m->fill_kv_random(11), "fill kv");
+      check(eb::fill_kv_random(*m, 11), "fill kv");
       const double wbytes = double(m->weight_bytes());
       if (do_decode) {
         for (int b : batches) {
@@ -508,9 +511,9 @@ int main(int argc, char** argv) {
           m.reset();
           m = std::make_unique<st::engine::cuda::CudaModel>();
           check(m->init(0), "init");
-          check(m->generate(cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
+          check(eb::generate_weights(*m, cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
           check(m->prepare(ov), "prepare variant");
-          check(m->fill_kv_random(11), "fill kv");
+          check(eb::fill_kv_random(*m, 11), "fill kv");
           for (int b : batches) {
             Row r;
             r.what = "variant";
@@ -533,7 +536,7 @@ int main(int argc, char** argv) {
         if (splits != 0 && fm.name != "int4g128") continue;
         auto m = std::make_unique<st::engine::cuda::CudaModel>();
         check(m->init(0), "init");
-        check(m->generate(cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
+        check(eb::generate_weights(*m, cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
         st::engine::cuda::CudaOptions o;
         o.kv_dtype = kv;
         o.max_sequences = 8;
@@ -544,7 +547,7 @@ int main(int argc, char** argv) {
         o.cuda_graph_max_bs = 8;
         o.gemv_variant = gemv_variant;
         check(m->prepare(o), "prepare long");
-        check(m->fill_kv_random(13), "fill kv");
+        check(eb::fill_kv_random(*m, 13), "fill kv");
         for (int b : batches) {
           const int ctx = 32768;
           Row r;

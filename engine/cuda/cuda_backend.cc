@@ -50,6 +50,7 @@ class CudaBackend final : public Backend {
   int kv_pages() const override { return model_->kv_pages(); }
   Status forward(const Step& step, StepOutput& out) override { return model_->forward(step, out); }
   std::size_t peak_memory_bytes() const override { return model_->peak_memory_bytes(); }
+  std::vector<KernelPlan> kernel_plans() const override { return model_->kernel_plans(); }
 
  private:
   std::unique_ptr<cuda::CudaModel> model_;

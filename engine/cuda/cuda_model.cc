@@ -41,7 +41,6 @@ int values_per_chunk(kn::WeightFormat f) {
 }  // namespace
 
 CudaModel::~CudaModel() {
-  for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
   for (auto& [bs, g] : graphs_) cudaGraphExecDestroy(g);
   if (cublas_) cublasDestroy(cublas_);
   for (void* p : allocations_) cudaFree(p);
@@ -203,60 +202,18 @@ Status CudaModel::upload(const ModelWeights& w) {
   return Status::Ok();
 }
 
-Status CudaModel::generate(const ModelConfig& c, const SyntheticSpec& spec) {
+Status CudaModel::adopt(const ModelConfig& c, DeviceWeights w) {
+  if (have_weights_) return Status::Precondition("adopt: the model already holds weights");
+  if (int(w.layers.size()) != c.layers || !w.embed || !w.final_norm || !w.lm_head.w)
+    return Status::Invalid("adopt: the device weights do not match the config's " + std::to_string(c.layers) + " layers");
   cfg_ = c;
-  uint64_t seed = spec.seed * 1000003ull;
-  const float kStd = 0.02f;
-  auto make_linear = [&](int n, int k, kn::WeightFormat f, int group, kn::DeviceLinear* out) -> Status {
-    kn::DeviceLinear d;
-    d.format = f;
-    d.n = n;
-    d.k = k;
-    d.group = kn::is_quantized(f) ? (group == 0 ? k : group) : 0;
-    void* w = nullptr;
-    SOARTUNE_STATUS_TRY(alloc(&w, kn::weight_bytes(f, n, k)));
-    if (f == kn::WeightFormat::kBf16 || f == kn::WeightFormat::kFp16) {
-      // fp16 bits of small uniform values are generated as bf16 then reinterpreted: still finite and small.
-      SOARTUNE_CUDA_TRY(kn::fill_uniform_bf16(w, int64_t(n) * k, ++seed, kStd, stream_));
-    } else {
-      const int bits = f == kn::WeightFormat::kInt8 ? 8 : 4;
-      SOARTUNE_CUDA_TRY(kn::fill_random_codes(w, int64_t(n) * k, ++seed, bits, stream_));
-      const int64_t ns = int64_t(n) * (k / d.group);
-      void* s = nullptr;
-      SOARTUNE_STATUS_TRY(alloc(&s, ns * 4));
-      const float qmax = bits == 8 ? 127.f : 7.f;
-      SOARTUNE_CUDA_TRY(kn::fill_uniform_f32(static_cast<float*>(s), ns, ++seed, 0.5f * kStd / qmax,
-                                             1.5f * kStd / qmax, stream_));
-      d.scales = static_cast<float*>(s);
-      weight_bytes_ += ns * 4;
-    }
-    d.w = w;
-    weight_bytes_ += kn::weight_bytes(f, n, k);
-    *out = d;
-    return Status::Ok();
-  };
-  auto make_norm = [&](float** out) -> Status {
-    void* p = nullptr;
-    SOARTUNE_STATUS_TRY(alloc(&p, size_t(c.hidden) * 4));
-    SOARTUNE_CUDA_TRY(kn::fill_uniform_f32(static_cast<float*>(p), c.hidden, ++seed, 0.9f, 1.1f, stream_));
-    *out = static_cast<float*>(p);
-    return Status::Ok();
-  };
-  SOARTUNE_STATUS_TRY(alloc(&embed_, size_t(c.vocab) * c.hidden * 2));
-  SOARTUNE_CUDA_TRY(kn::fill_uniform_bf16(embed_, int64_t(c.vocab) * c.hidden, ++seed, 1.0f, stream_));
-  layers_.assign(c.layers, {});
-  for (CudaLayer& D : layers_) {
-    SOARTUNE_STATUS_TRY(make_linear(c.q_dim() + 2 * c.kv_dim(), c.hidden, spec.format, spec.group, &D.qkv));
-    SOARTUNE_STATUS_TRY(make_linear(c.hidden, c.q_dim(), spec.format, spec.group, &D.o));
-    SOARTUNE_STATUS_TRY(make_linear(2 * c.intermediate, c.hidden, spec.format, spec.group, &D.gate_up));
-    D.gate_up_interleaved = c.intermediate % 8 == 0;  // random rows: any order is the interleaved one
-    SOARTUNE_STATUS_TRY(make_linear(c.hidden, c.intermediate, spec.format, spec.group, &D.down));
-    SOARTUNE_STATUS_TRY(make_norm(&D.attn_norm));
-    SOARTUNE_STATUS_TRY(make_norm(&D.mlp_norm));
-  }
-  SOARTUNE_STATUS_TRY(make_norm(&final_norm_));
-  SOARTUNE_STATUS_TRY(make_linear(c.vocab, c.hidden, spec.lm_head_format, spec.group, &lm_head_));
-  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
+  embed_ = w.embed;
+  layers_ = std::move(w.layers);
+  final_norm_ = w.final_norm;
+  lm_head_ = w.lm_head;
+  allocations_.insert(allocations_.end(), w.allocations.begin(), w.allocations.end());
+  allocated_bytes_ += w.allocated_bytes;
+  weight_bytes_ += w.weight_bytes;
   have_weights_ = true;
   return Status::Ok();
 }
@@ -346,6 +303,23 @@ Status CudaModel::prepare(const CudaOptions& opt) {
     }
   }
 
+  // GEMV plans for every row count a step can give each linear (lm_head: output rows), looked up at launch.
+  gemv_plans_.clear();
+  for (const CudaLayer& L : layers_) {
+    for (int rows = 1; rows <= T; ++rows) {
+      for (auto [op, d] : {std::pair{LinearOp::kQkv, &L.qkv}, std::pair{LinearOp::kO, &L.o},
+                           std::pair{LinearOp::kGateUp, &L.gate_up}, std::pair{LinearOp::kDown, &L.down}}) {
+        if (!use_gemv(*d, rows)) continue;
+        const GemvChoice* choice = nullptr;
+        SOARTUNE_STATUS_TRY(gemv_choice(op, *d, rows, op == LinearOp::kGateUp && L.gate_up_interleaved, &choice));
+      }
+    }
+  }
+  for (int rows = 1; rows <= R && use_gemv(lm_head_, rows); ++rows) {
+    const GemvChoice* choice = nullptr;
+    SOARTUNE_STATUS_TRY(gemv_choice(LinearOp::kLmHead, lm_head_, rows, false, &choice));
+  }
+
   // KV pages: enough for every sequence at max_context, within mem_fraction_pct of the device.
   size_t free_b = 0, total_b = 0;
   SOARTUNE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
@@ -370,19 +344,18 @@ Status CudaModel::prepare(const CudaOptions& opt) {
     SOARTUNE_STATUS_TRY(A(&v_cache_[l], lay.page_bytes() * (num_pages_ + 1)));
   }
 
-  // Decode attention: the workspace of the widest plan any step can ask for (batch S, the knob's splits or,
-  // for auto, up to kDecodeMaxKvSplits), checked again before every launch.
-  for (int splits : {opt.decode_kv_splits, kn::kDecodeMaxKvSplits}) {
+  // Decode attention: a plan for each batch a decode step can have, made for max_context (a captured graph
+  // replays at any context); the workspace is the widest of them.
+  decode_plans_.assign(S + 1, {});
+  for (int b = 1; b <= S; ++b) {
     kn::DecodeAttentionArgs da;
     da.q = q_, da.out = attn_, da.k_cache = k_cache_[0], da.v_cache = v_cache_[0];
-    da.block_table = d_block_table_, da.seq_lens = d_seq_lens_, da.batch = S;
+    da.block_table = d_block_table_, da.seq_lens = d_seq_lens_, da.batch = b;
     da.n_heads = c.heads, da.n_kv_heads = c.kv_heads, da.head_dim = c.head_dim, da.page_size = opt.page_size;
     da.block_table_stride = block_stride_, da.max_seq_len = opt.max_context, da.kv_dtype = opt.kv_dtype;
-    kn::DecodeAttentionPlan plan;
-    const std::string e = kn::decode_attention_plan(da, splits, sm_count_, &plan);
-    if (!e.empty() && splits == opt.decode_kv_splits)
-      return Status::Invalid("launch.decode_kv_splits / kv_cache_dtype: decode attention: " + e);
-    if (e.empty()) attn_workspace_bytes_ = std::max(attn_workspace_bytes_, plan.workspace_bytes);
+    const std::string e = kn::decode_attention_plan(da, opt.decode_kv_splits, sm_count_, &decode_plans_[b]);
+    if (!e.empty()) return Status::Invalid("launch.decode_kv_splits / kv_cache_dtype: decode attention: " + e);
+    attn_workspace_bytes_ = std::max(attn_workspace_bytes_, decode_plans_[b].workspace_bytes);
   }
   if (attn_workspace_bytes_ > 0) SOARTUNE_STATUS_TRY(A(&attn_workspace_, attn_workspace_bytes_));
   {
@@ -395,6 +368,9 @@ Status CudaModel::prepare(const CudaOptions& opt) {
     kn::PrefillAttentionPlan plan;
     const std::string e = kn::prefill_attention_plan(pa, opt.prefill_attn_block, &plan);
     if (!e.empty()) return Status::Invalid("launch.prefill_attn_block / kv_cache_dtype: prefill attention: " + e);
+    prefill_plans_.clear();
+    prefill_plans_.emplace(std::make_pair(S, T), plan);
+    prefill_shape_ = pa;
   }
   {
     kn::RopeKvArgs ra;
@@ -440,22 +416,6 @@ Status CudaModel::capture_graph(int batch) {
 
 // ---- the step ----
 
-bool CudaModel::norm_fusable(const kn::DeviceLinear& w, int rows) const {
-  if (rows > kn::kGemvMaxNormBatch || !use_gemv(w, rows)) return false;
-  kn::GemvArgs g;
-  g.w = w;
-  g.x = xn_;
-  g.y = wide_;
-  g.batch = rows;
-  g.out_bf16 = true;
-  kn::GemvPlan plan;
-  if (!kn::gemv_plan(g, opt_.gemv_variant, &plan).empty() || !plan.pipelined) return false;
-  g.x = nullptr;
-  g.norm_residual = residual_;
-  g.norm_gamma = final_norm_;  // any gamma: the check is of shapes and shared memory
-  return kn::gemv_plan(g, opt_.gemv_variant, &plan).empty();
-}
-
 namespace {
 
 // Rows up to which a layer takes the GEMV rather than the GEMM, by format: measured on one llama3-8b layer's
@@ -463,23 +423,81 @@ namespace {
 // level at 8 rows and 17-30% faster from 12 to 32 (0.137 against 0.198 ms at 32); int8 / int4 keep the GEMV up
 // to its 32 rows (at 32: 0.18-0.21 ms against 0.32 for the expansion to bf16 plus cuBLAS; level at 48). fp16
 // weights need that expansion too and keep the GEMV up to 32 (not measured at full size).
-// SOARTUNE_GEMV_MAX_ROWS_16BIT (1..32, read once) moves the bf16 bound, the switch for that side-by-side.
+// (Run 60 measured whole-model decode with the bf16 bound at 8 and at 32: b16 -12.6%, b32 -29%, b1 and b8 level.)
+constexpr int kGemvMaxRowsBf16 = 8;
+
 int gemv_max_rows(const kn::DeviceLinear& w) {
-  static const int rows16 = [] {
-    const char* e = std::getenv("SOARTUNE_GEMV_MAX_ROWS_16BIT");
-    const int v = e ? std::atoi(e) : 0;
-    return v >= 1 && v <= kn::kGemvMaxBatch ? v : 8;
-  }();
-  return w.format == kn::WeightFormat::kBf16 ? rows16 : kn::kGemvMaxBatch;
+  return w.format == kn::WeightFormat::kBf16 ? kGemvMaxRowsBf16 : kn::kGemvMaxBatch;
 }
 
 }  // namespace
 
 bool CudaModel::use_gemv(const kn::DeviceLinear& w, int rows) { return rows <= gemv_max_rows(w); }
 
-Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16,
+namespace {
+
+const char* linear_op_name(LinearOp op) {
+  switch (op) {
+    case LinearOp::kQkv: return "qkv";
+    case LinearOp::kO: return "o";
+    case LinearOp::kGateUp: return "gate_up";
+    case LinearOp::kDown: return "down";
+    case LinearOp::kLmHead: return "lm_head";
+  }
+  return "?";
+}
+
+// The GEMV call of each role: qkv and gate|up write bf16 (RoPE and SwiGLU read it), o and down add into the fp32
+// residual stream, lm_head writes fp32 logits; qkv and gate|up may stage their RMSNorm themselves.
+bool writes_bf16(LinearOp op) { return op == LinearOp::kQkv || op == LinearOp::kGateUp; }
+bool accumulates(LinearOp op) { return op == LinearOp::kO || op == LinearOp::kDown; }
+bool follows_norm(LinearOp op) { return op == LinearOp::kQkv || op == LinearOp::kGateUp; }
+
+}  // namespace
+
+Status CudaModel::gemv_choice(LinearOp op, const kn::DeviceLinear& w, int rows, bool swiglu, const GemvChoice** out) {
+  const GemvKey key{op, w.format, w.group, rows, swiglu};
+  auto it = gemv_plans_.find(key);
+  if (it == gemv_plans_.end()) {
+    kn::GemvArgs g;
+    g.w = w;
+    g.x = xn_;
+    g.y = op == LinearOp::kLmHead ? static_cast<void*>(logits_) : accumulates(op) ? static_cast<void*>(residual_) : wide_;
+    g.batch = rows;
+    g.out_bf16 = writes_bf16(op);
+    g.accumulate = accumulates(op);
+    g.swiglu = swiglu;
+    GemvChoice c;
+    SOARTUNE_KERNEL_TRY(kn::gemv_plan(g, opt_.gemv_variant, &c.plan));
+    // The pipelined form stages RMSNorm(residual_) itself where the normalised rows fit beside its stages.
+    if (follows_norm(op) && c.plan.pipelined && rows <= kn::kGemvMaxNormBatch) {
+      g.x = nullptr;
+      g.norm_residual = residual_;
+      g.norm_gamma = final_norm_;  // any gamma: the plan depends on shapes and shared memory
+      kn::GemvPlan fused;
+      if (kn::gemv_plan(g, opt_.gemv_variant, &fused).empty()) {
+        c.plan = fused;
+        c.norm_fused = true;
+      }
+    }
+    it = gemv_plans_.emplace(key, c).first;
+  }
+  *out = &it->second;
+  return Status::Ok();
+}
+
+bool CudaModel::norm_fused(LinearOp op, const kn::DeviceLinear& w, int rows, bool swiglu) {
+  const GemvChoice* c = nullptr;
+  return use_gemv(w, rows) && gemv_choice(op, w, rows, swiglu, &c).ok() && c->norm_fused;
+}
+
+Status CudaModel::linear(LinearOp op, const kn::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16,
                          bool accumulate, bool swiglu, const float* norm_gamma) {
   if (use_gemv(w, rows)) {
+    const GemvChoice* c = nullptr;
+    SOARTUNE_STATUS_TRY(gemv_choice(op, w, rows, swiglu, &c));
+    if (c->norm_fused != (norm_gamma != nullptr) || out_bf16 != writes_bf16(op) || accumulate != accumulates(op))
+      return Status::Internal(std::string("linear ") + linear_op_name(op) + ": the call differs from its plan");
     kn::GemvArgs g;
     g.w = w;
     g.x = norm_gamma ? nullptr : x;
@@ -493,9 +511,7 @@ Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int 
       g.norm_gamma = norm_gamma;
       g.norm_eps = cfg_.rms_eps;
     }
-    kn::GemvPlan plan;
-    SOARTUNE_KERNEL_TRY(kn::gemv_plan(g, opt_.gemv_variant, &plan));
-    SOARTUNE_CUDA_TRY(kn::gemv_run(g, plan, stream_));
+    SOARTUNE_CUDA_TRY(kn::gemv_run(g, c->plan, stream_));
     return Status::Ok();
   }
   if (swiglu || norm_gamma) return Status::Internal("linear: the SwiGLU and RMSNorm fusions are the GEMV's (use_gemv)");
@@ -505,9 +521,9 @@ Status CudaModel::linear(const kn::DeviceLinear& w, const void* x, void* y, int 
 
 Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out) {
   const ModelConfig& c = cfg_;
-  mark("start");
+  stage_end("start");
   SOARTUNE_CUDA_TRY(kn::embedding_gather_run(d_tokens_, embed_, residual_, T, c.hidden, stream_));
-  mark("embed");
+  stage_end("embed");
   for (size_t l = 0; l < layers_.size(); ++l) {
     const CudaLayer& L = layers_[l];
     kn::RmsNormArgs na;
@@ -519,15 +535,15 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     na.d = c.hidden;
     na.eps = c.rms_eps;
     // A pipelined GEMV stages the normalised rows itself (no RMSNorm kernel, no round trip through xn_).
-    const bool fuse_attn_norm = norm_fusable(L.qkv, T);
+    const bool fuse_attn_norm = norm_fused(LinearOp::kQkv, L.qkv, T, false);
     if (!fuse_attn_norm) {
       SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
-      mark("rmsnorm");
+      stage_end("rmsnorm");
     }
     // q|k|v in bf16, as a 16-bit reference model rounds them: RoPE reads half the bytes.
-    SOARTUNE_STATUS_TRY(linear(L.qkv, xn_, wide_, T, /*out_bf16=*/true, false, false,
+    SOARTUNE_STATUS_TRY(linear(LinearOp::kQkv, L.qkv, xn_, wide_, T, /*out_bf16=*/true, false, false,
                                fuse_attn_norm ? L.attn_norm : nullptr));
-    mark("linear_qkv");
+    stage_end("linear_qkv");
     kn::RopeKvArgs ra;
     ra.qkv = wide_;
     ra.qkv_bf16 = true;
@@ -545,7 +561,7 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     ra.kv_dtype = opt_.kv_dtype;
     ra.rope_theta = c.rope_theta;
     SOARTUNE_CUDA_TRY(kn::rope_kv_write_run(ra, stream_));
-    mark("rope_kv_write");
+    stage_end("rope_kv_write");
     if (decode_only) {
       kn::DecodeAttentionArgs da;
       da.q = q_;
@@ -562,8 +578,11 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
       da.block_table_stride = block_stride_;
       da.max_seq_len = max_seq_len;
       da.kv_dtype = opt_.kv_dtype;
-      kn::DecodeAttentionPlan plan;
-      SOARTUNE_KERNEL_TRY(kn::decode_attention_plan(da, opt_.decode_kv_splits, sm_count_, &plan));
+      // Decode steps are planned for max_context (a captured graph replays at any context), once a batch.
+      if (max_seq_len != opt_.max_context || batch < 1 || batch >= int(decode_plans_.size()))
+        return Status::Internal("decode attention: no plan for batch " + std::to_string(batch) + " at context " +
+                                std::to_string(max_seq_len));
+      const kn::DecodeAttentionPlan& plan = decode_plans_[batch];
       if (plan.workspace_bytes > attn_workspace_bytes_)
         return Status::Internal("decode attention workspace " + std::to_string(plan.workspace_bytes) +
                                 " exceeds the " + std::to_string(attn_workspace_bytes_) + " bytes planned");
@@ -585,36 +604,41 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
       pa.block_table_stride = block_stride_;
       pa.max_q_len = max_q_len;
       pa.kv_dtype = opt_.kv_dtype;
-      kn::PrefillAttentionPlan plan;
-      SOARTUNE_KERNEL_TRY(kn::prefill_attention_plan(pa, opt_.prefill_attn_block, &plan));
-      SOARTUNE_CUDA_TRY(kn::prefill_attention_run(pa, plan, stream_));
+      auto it = prefill_plans_.find({batch, max_q_len});
+      if (it == prefill_plans_.end()) {
+        kn::PrefillAttentionPlan plan;
+        SOARTUNE_KERNEL_TRY(kn::prefill_attention_plan(pa, opt_.prefill_attn_block, &plan));
+        it = prefill_plans_.emplace(std::make_pair(batch, max_q_len), plan).first;
+      }
+      SOARTUNE_CUDA_TRY(kn::prefill_attention_run(pa, it->second, stream_));
     }
-    mark("attention");
-    SOARTUNE_STATUS_TRY(linear(L.o, attn_, residual_, T, false, /*accumulate=*/true));
-    mark("linear_o");
+    stage_end("attention");
+    SOARTUNE_STATUS_TRY(linear(LinearOp::kO, L.o, attn_, residual_, T, false, /*accumulate=*/true));
+    stage_end("linear_o");
     na.gamma = L.mlp_norm;
-    const bool fuse_mlp_norm = norm_fusable(L.gate_up, T);
+    const bool gate_up_swiglu = L.gate_up_interleaved && use_gemv(L.gate_up, T);
+    const bool fuse_mlp_norm = norm_fused(LinearOp::kGateUp, L.gate_up, T, gate_up_swiglu);
     if (!fuse_mlp_norm) {
       SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(na, stream_));
-      mark("rmsnorm");
+      stage_end("rmsnorm");
     }
     const float* mlp_gamma = fuse_mlp_norm ? L.mlp_norm : nullptr;
     // gate|up in bf16, as a 16-bit reference model rounds it: SwiGLU reads half the bytes. Decode steps
     // (GEMV rows) with the interleaved layout apply SwiGLU in the GEMV's epilogue: no kernel, no round trip.
     const void* down_x = xn_;
-    if (L.gate_up_interleaved && use_gemv(L.gate_up, T)) {
-      SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, /*swiglu=*/true, mlp_gamma));
-      mark("linear_gate_up");
+    if (gate_up_swiglu) {
+      SOARTUNE_STATUS_TRY(linear(LinearOp::kGateUp, L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, /*swiglu=*/true, mlp_gamma));
+      stage_end("linear_gate_up");
       down_x = wide_;
     } else {
-      SOARTUNE_STATUS_TRY(linear(L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, false, mlp_gamma));
-      mark("linear_gate_up");
+      SOARTUNE_STATUS_TRY(linear(LinearOp::kGateUp, L.gate_up, xn_, wide_, T, /*out_bf16=*/true, false, false, mlp_gamma));
+      stage_end("linear_gate_up");
       SOARTUNE_CUDA_TRY(kn::swiglu_run(wide_, xn_, T, c.intermediate, stream_, /*gate_up_bf16=*/true,
                                        L.gate_up_interleaved));
-      mark("swiglu");
+      stage_end("swiglu");
     }
-    SOARTUNE_STATUS_TRY(linear(L.down, down_x, residual_, T, false, /*accumulate=*/true));
-    mark("linear_down");
+    SOARTUNE_STATUS_TRY(linear(LinearOp::kDown, L.down, down_x, residual_, T, false, /*accumulate=*/true));
+    stage_end("linear_down");
   }
   if (rows_out == 0) return Status::Ok();  // a prefill chunk that only fills the KV cache
   kn::RmsNormArgs fa;
@@ -627,11 +651,11 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
   fa.d = c.hidden;
   fa.eps = c.rms_eps;
   SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(fa, stream_));
-  mark("rmsnorm");
-  SOARTUNE_STATUS_TRY(linear(lm_head_, xn_, logits_, rows_out));
-  mark("lm_head");
+  stage_end("rmsnorm");
+  SOARTUNE_STATUS_TRY(linear(LinearOp::kLmHead, lm_head_, xn_, logits_, rows_out));
+  stage_end("lm_head");
   SOARTUNE_CUDA_TRY(kn::argmax_run(logits_, rows_out, c.vocab, d_argmax_, stream_));
-  mark("argmax");
+  stage_end("argmax");
   return Status::Ok();
 }
 
@@ -712,7 +736,7 @@ Status CudaModel::forward(const Step& step, StepOutput& out) {
   auto it = decode_only && R == T ? graphs_.find(T) : graphs_.end();
   bool rows_identity = true;
   for (int r = 0; r < R; ++r) rows_identity = rows_identity && step.output_rows[r] == r;
-  if (it != graphs_.end() && rows_identity && !force_eager_) {
+  if (it != graphs_.end() && rows_identity && !observer_) {
     SOARTUNE_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
   } else {
     SOARTUNE_STATUS_TRY(run_layers(T, decode_only, S, max_q_len, decode_only ? opt_.max_context : max_seq_len, R));
@@ -726,81 +750,17 @@ Status CudaModel::forward(const Step& step, StepOutput& out) {
   return Status::Ok();
 }
 
-void CudaModel::mark(const char* stage) {
-  if (!profiling_ || capturing_ || prof_n_ >= prof_events_.size()) return;
-  cudaEventRecord(prof_events_[prof_n_], stream_);
-  prof_names_[prof_n_++] = stage;
-}
-
-Status CudaModel::profile_step(const Step& step, std::vector<std::pair<std::string, double>>* stages) {
-  const size_t n = size_t(cfg_.layers) * 12 + 16;
-  if (prof_events_.size() < n) {
-    for (size_t i = prof_events_.size(); i < n; ++i) {
-      cudaEvent_t e;
-      SOARTUNE_CUDA_TRY(cudaEventCreate(&e));
-      prof_events_.push_back(e);
-    }
-    prof_names_.resize(n);
-  }
-  std::vector<int32_t> argmax(step.output_rows.size());
-  StepOutput out;
-  out.argmax = argmax;
-  profiling_ = true;
-  force_eager_ = true;
-  prof_n_ = 0;
-  Status s = forward(step, out);
-  profiling_ = false;
-  force_eager_ = false;
-  if (!s.ok()) return s;
-  stages->clear();
-  for (size_t i = 1; i < prof_n_; ++i) {
-    float ms = 0;
-    SOARTUNE_CUDA_TRY(cudaEventElapsedTime(&ms, prof_events_[i - 1], prof_events_[i]));
-    auto it = std::find_if(stages->begin(), stages->end(), [&](const auto& p) { return p.first == prof_names_[i]; });
-    if (it == stages->end()) stages->push_back({prof_names_[i], ms});
-    else it->second += ms;
-  }
-  return Status::Ok();
-}
-
-Status CudaModel::replay_graph(int batch, int reps, double* ms_per_step) {
+Status CudaModel::launch_decode_graph(int batch) {
   auto it = graphs_.find(batch);
   if (it == graphs_.end())
     return Status::Invalid("batch: " + std::to_string(batch) + " has no captured decode graph");
-  if (reps < 1) return Status::Invalid("reps: must be >= 1");
-  cudaEvent_t a, b;
-  SOARTUNE_CUDA_TRY(cudaEventCreate(&a));
-  SOARTUNE_CUDA_TRY(cudaEventCreate(&b));
-  cudaError_t e = cudaGraphLaunch(it->second, stream_);  // warm
-  if (e == cudaSuccess) e = cudaEventRecord(a, stream_);
-  for (int i = 0; i < reps && e == cudaSuccess; ++i) e = cudaGraphLaunch(it->second, stream_);
-  if (e == cudaSuccess) e = cudaEventRecord(b, stream_);
-  if (e == cudaSuccess) e = cudaEventSynchronize(b);
-  float ms = 0;
-  if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  SOARTUNE_CUDA_TRY(e);
-  *ms_per_step = double(ms) / reps;
+  SOARTUNE_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
   return Status::Ok();
 }
 
-Status CudaModel::fill_kv_random(uint64_t seed) {
-  kn::PagedKvLayout lay{cfg_.kv_heads, cfg_.head_dim, opt_.page_size, opt_.kv_dtype};
-  const size_t bytes = lay.page_bytes() * (num_pages_ + 1);
-  for (size_t l = 0; l < k_cache_.size(); ++l) {
-    for (void* c : {k_cache_[l], v_cache_[l]}) {
-      ++seed;
-      if (kn::kv_dtype_bytes(opt_.kv_dtype) == 2) {
-        // bf16 bits of values in [-1, 1]; read as fp16 they are small finite numbers too.
-        SOARTUNE_CUDA_TRY(kn::fill_uniform_bf16(c, int64_t(bytes / 2), seed, 1.f, stream_));
-      } else {
-        SOARTUNE_CUDA_TRY(kn::fill_random_fp8(c, int64_t(bytes), seed, stream_));
-      }
-    }
-  }
-  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
-  return Status::Ok();
+std::size_t CudaModel::kv_cache_bytes() const {
+  const kn::PagedKvLayout lay{cfg_.kv_heads, cfg_.head_dim, opt_.page_size, opt_.kv_dtype};
+  return lay.page_bytes() * (num_pages_ + 1);
 }
 
 std::size_t CudaModel::peak_memory_bytes() const {
@@ -809,21 +769,97 @@ std::size_t CudaModel::peak_memory_bytes() const {
   return peak_used_;
 }
 
-std::string CudaModel::describe_plan() const {
-  std::string s = "gemv_variant=" + opt_.gemv_variant + " graphs=" + std::to_string(graphs_.size()) +
-                  " kv_pages=" + std::to_string(num_pages_) + " page_size=" + std::to_string(opt_.page_size) +
-                  " kv=" + kn::kv_dtype_name(opt_.kv_dtype);
-  if (!layers_.empty()) {
-    kn::GemvArgs g;
-    g.w = layers_[0].gate_up;
-    g.x = xn_;
-    g.y = wide_;
-    g.batch = 1;
-    kn::GemvPlan p;
-    if (kn::gemv_plan(g, opt_.gemv_variant, &p).empty())
-      s += " gemv(b=1)=" + kn::gemv_variant_names()[p.variant];
-  }
+namespace {
+
+std::string rows_text(int first, int last) {
+  return first == last ? std::to_string(first) : std::to_string(first) + ".." + std::to_string(last);
+}
+
+std::string linear_shape(const kn::DeviceLinear& w) {
+  std::string s = std::to_string(w.n) + "x" + std::to_string(w.k) + " " + kn::weight_format_name(w.format);
+  if (kn::is_quantized(w.format)) s += w.group == w.k ? " per-channel" : " g" + std::to_string(w.group);
   return s;
+}
+
+// Appends `plan` for rows `rows`, or widens the previous entry when it is the same op, shape and choice at the
+// row count before (so the report lists ranges of rows, not one entry a row).
+void add_ranged(std::vector<KernelPlan>* out, std::vector<std::pair<int, int>>* ranges, const std::string& op,
+                const std::string& shape, int rows, std::map<std::string, std::string> choice) {
+  if (!out->empty() && out->back().op == op && ranges->back().second == rows - 1 && out->back().choice == choice &&
+      out->back().shape.starts_with(shape + " rows ")) {
+    ranges->back().second = rows;
+    out->back().shape = shape + " rows " + rows_text(ranges->back().first, rows);
+    return;
+  }
+  out->push_back({op, shape + " rows " + std::to_string(rows), std::move(choice)});
+  ranges->push_back({rows, rows});
+}
+
+}  // namespace
+
+std::vector<KernelPlan> CudaModel::kernel_plans() const {
+  std::vector<KernelPlan> out;
+  std::vector<std::pair<int, int>> ranges;  // beside out: the rows each entry covers
+  auto add = [&](const std::string& op, const std::string& shape, int rows, std::map<std::string, std::string> c) {
+    add_ranged(&out, &ranges, op, shape, rows, std::move(c));
+  };
+  // Linears: the GEMV's plan a row count (gemv_plans_ is ordered by op, format, group, rows), then the rows
+  // cuBLAS takes.
+  std::map<std::pair<LinearOp, std::string>, const kn::DeviceLinear*> linears;  // one a role and shape
+  for (const CudaLayer& L : layers_)
+    for (auto [op, d] : {std::pair{LinearOp::kQkv, &L.qkv}, std::pair{LinearOp::kO, &L.o},
+                         std::pair{LinearOp::kGateUp, &L.gate_up}, std::pair{LinearOp::kDown, &L.down}})
+      linears.emplace(std::pair{op, linear_shape(*d)}, d);
+  if (have_weights_) linears.emplace(std::pair{LinearOp::kLmHead, linear_shape(lm_head_)}, &lm_head_);
+  for (const auto& [role, d] : linears) {
+    const LinearOp op = role.first;
+    const int max_rows = op == LinearOp::kLmHead ? opt_.max_output_rows : opt_.max_step_tokens;
+    for (int rows = 1; rows <= max_rows; ++rows) {
+      if (!use_gemv(*d, rows)) {
+        add(std::string("gemm.") + linear_op_name(op), role.second, rows,
+            {{"kernel", "cublas"}, {"bf16_copy", d->format == kn::WeightFormat::kBf16 ? "no" : "yes"}});
+        continue;
+      }
+      for (const auto& [key, c] : gemv_plans_) {
+        if (key.op != op || key.format != d->format || key.group != d->group || key.rows != rows) continue;
+        std::map<std::string, std::string> choice = {
+            {"variant", kn::gemv_variant_names()[c.plan.variant]},
+            {"grid", std::to_string(c.plan.grid)},
+            {"threads", std::to_string(c.plan.threads)},
+            {"batch_tiles", std::to_string(c.plan.n_tiles)},
+        };
+        std::string fused = c.norm_fused ? "rmsnorm" : "";
+        if (key.swiglu) fused += fused.empty() ? "swiglu" : "+swiglu";
+        if (!fused.empty()) choice["fused"] = fused;
+        add(std::string("gemv.") + linear_op_name(op), role.second, rows, std::move(choice));
+      }
+    }
+  }
+  const std::string attn_shape = "heads " + std::to_string(cfg_.heads) + "/" + std::to_string(cfg_.kv_heads) +
+                                 " head_dim " + std::to_string(cfg_.head_dim) + " kv " +
+                                 kn::kv_dtype_name(opt_.kv_dtype) + " page " + std::to_string(opt_.page_size);
+  for (int b = 1; b < int(decode_plans_.size()); ++b) {
+    const kn::DecodeAttentionPlan& p = decode_plans_[b];
+    add("attention.decode", attn_shape + " context " + std::to_string(opt_.max_context) + " batch", b,
+        {{"kv_splits", std::to_string(p.kv_splits)},
+         {"heads_per_cta", std::to_string(p.heads_per_cta)},
+         {"tensor_cores", p.tensor_cores ? "yes" : "no"},
+         {"threads", std::to_string(p.threads)}});
+  }
+  // Prefill attention: the tiles are fixed by the knob and the shapes; the grid follows each step's query rows.
+  auto it = prefill_plans_.find({prefill_shape_.batch, prefill_shape_.max_q_len});
+  if (it != prefill_plans_.end()) {
+    const kn::PrefillAttentionPlan& p = it->second;
+    out.push_back({"attention.prefill",
+                   attn_shape + " batch <= " + std::to_string(prefill_shape_.batch) + " q_len <= " +
+                       std::to_string(prefill_shape_.max_q_len),
+                   {{"block_m", std::to_string(p.block_m)},
+                    {"block_n", std::to_string(p.block_n)},
+                    {"tensor_cores", p.tensor_cores ? "yes" : "no"},
+                    {"threads", std::to_string(p.threads)},
+                    {"smem_bytes", std::to_string(p.smem_bytes)}}});
+  }
+  return out;
 }
 
 }  // namespace soartune::engine::cuda

@@ -11,14 +11,19 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <compare>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/worker_result.h"
 #include "engine/backend.h"
+#include "engine/cuda/step_observer.h"
 #include "engine/model_config.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_paged.h"
+#include "kernels/attention_prefill.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
@@ -47,13 +52,20 @@ struct CudaLayer {
   float* qkv_bias = nullptr;       // [q_dim + 2 kv_dim] or null
 };
 
-// What the weights of a synthetic device model are made of.
-struct SyntheticSpec {
-  kernels::WeightFormat format = kernels::WeightFormat::kBf16;
-  int group = 128;                 // quantised formats; 0 = per output channel
-  uint64_t seed = 1;
-  kernels::WeightFormat lm_head_format = kernels::WeightFormat::kBf16;  // bf16, int8 or int4 (groups of `group`)
+// Weights already on the device, made there by the caller (the bench generates synthetic ones): adopt() takes
+// ownership of `allocations` (cudaMalloc'd; every pointer below lies in one of them).
+struct DeviceWeights {
+  void* embed = nullptr;           // bf16 [vocab][hidden]
+  std::vector<CudaLayer> layers;
+  float* final_norm = nullptr;     // [hidden]
+  kernels::DeviceLinear lm_head;
+  std::vector<void*> allocations;
+  std::size_t allocated_bytes = 0;
+  std::size_t weight_bytes = 0;    // bytes of the linears and lm_head (codes and scales)
 };
+
+// The linear layers of a step, by role (their plans are cached and reported by role).
+enum class LinearOp { kQkv, kO, kGateUp, kDown, kLmHead };
 
 struct CudaOptions {
   kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::kBf16;
@@ -82,29 +94,35 @@ class CudaModel {
   Status init(int device_index);
   // Weights from the host canonical form (repacked: fused projections, 4-bit packed).
   Status upload(const ModelWeights& w);
-  // Weights generated on the device (random, deterministic in spec.seed), shaped like `config`.
-  Status generate(const ModelConfig& config, const SyntheticSpec& spec);
-  // Allocates KV pages and step buffers, plans every kernel, captures decode graphs.
+  // Weights made on the device by the caller, shaped like `config` (DeviceWeights).
+  Status adopt(const ModelConfig& config, DeviceWeights weights);
+  // Allocates KV pages and step buffers, plans every kernel for every step shape the options allow (once:
+  // launches reuse the plans), captures decode graphs.
   Status prepare(const CudaOptions& opt);
 
   Status forward(const Step& step, StepOutput& out);
-  // Benchmarks: runs `step` without graphs, with device events between the stages, and returns the
-  // device time of each stage summed over layers (ms), in first-seen order.
-  Status profile_step(const Step& step, std::vector<std::pair<std::string, double>>* stages);
-  // Benchmarks: replays the decode graph of `batch` `reps` times back to back on the inputs of the last
-  // forward() and returns the device time per replay (ms): the step without the host's copies and sync.
-  Status replay_graph(int batch, int reps, double* ms_per_step);
-  // Benchmarks: every KV page of every layer filled with random finite values (as if prefilled).
-  Status fill_kv_random(uint64_t seed);
+  // While an observer is set, forward() runs every step eagerly (no graph) and tells it where each stage
+  // ends on the stream (null: none).
+  void set_step_observer(StepObserver* observer) { observer_ = observer; }
+  // Launches the decode graph captured for `batch` on stream() on the inputs of the last forward(), without
+  // copies or a sync (the bench times replays back to back).
+  Status launch_decode_graph(int batch);
+  // The KV cache of layer l (K and V: kv_cache_bytes() each, opt.kv_dtype), as prepare() allocated it.
+  void* k_cache(int l) const { return k_cache_[l]; }
+  void* v_cache(int l) const { return v_cache_[l]; }
+  std::size_t kv_cache_bytes() const;
+  // The kernel plans prepare() made: GEMV variant and grid per linear and row count, the cuBLAS rows,
+  // decode attention's splits per batch, prefill attention's tiles.
+  std::vector<KernelPlan> kernel_plans() const;
 
   int kv_pages() const { return num_pages_; }
   std::size_t peak_memory_bytes() const;
   std::string device_name() const { return device_name_; }
   const ModelConfig& config() const { return cfg_; }
+  const CudaOptions& options() const { return opt_; }
   cudaStream_t stream() const { return stream_; }
   // Bytes of weights one decode step reads (all linears, lm_head, norms).
   std::size_t weight_bytes() const { return weight_bytes_; }
-  std::string describe_plan() const;
 
  private:
   struct Staging;  // host layout of the per-step inputs
@@ -116,13 +134,31 @@ class CudaModel {
   // y += x W^T (o and down add themselves into the fp32 residual stream).
   // swiglu: w is an interleaved gate|up and y = bf16 silu(gate) * up [rows][n / 2] (GEMV rows only).
   // norm_gamma: x is ignored and the GEMV applies RMSNorm(residual_) * norm_gamma itself (norm_fusable()).
-  Status linear(const kernels::DeviceLinear& w, const void* x, void* y, int rows, bool out_bf16 = false,
-                bool accumulate = false, bool swiglu = false, const float* norm_gamma = nullptr);
+  Status linear(LinearOp op, const kernels::DeviceLinear& w, const void* x, void* y, int rows,
+                bool out_bf16 = false, bool accumulate = false, bool swiglu = false, const float* norm_gamma = nullptr);
   // Whether `rows` rows through w take the GEMV (fused dequantisation, tensor cores) or the GEMM (cuBLAS,
   // quantised weights expanded to bf16 first): gemv_max_rows() in cuda_model.cc.
   static bool use_gemv(const kernels::DeviceLinear& w, int rows);
-  // Whether the GEMV of `rows` rows of w runs the pipelined form, which stages RMSNorm(residual_) itself.
-  bool norm_fusable(const kernels::DeviceLinear& w, int rows) const;
+  // The GEMV plan of `rows` rows of w in role op (planned once, in prepare(), then looked up), and whether it
+  // stages RMSNorm(residual_) itself (the pipelined form, for qkv and gate|up).
+  struct GemvKey {
+    LinearOp op;
+    kernels::WeightFormat format;
+    int group;
+    int rows;
+    bool swiglu;
+    auto operator<=>(const GemvKey&) const = default;
+  };
+  struct GemvChoice {
+    kernels::GemvPlan plan;
+    bool norm_fused = false;
+  };
+  Status gemv_choice(LinearOp op, const kernels::DeviceLinear& w, int rows, bool swiglu, const GemvChoice** out);
+  // Whether the step's RMSNorm before w (qkv or gate|up) is fused into its GEMV.
+  bool norm_fused(LinearOp op, const kernels::DeviceLinear& w, int rows, bool swiglu);
+  void stage_end(const char* stage) {
+    if (observer_ && !capturing_) observer_->stage_end(stage, stream_);
+  }
   Status run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out);
   Status capture_graph(int batch);
   Status copy_inputs(const Step& step, bool decode_only, int* max_q_len, int* max_seq_len);
@@ -170,13 +206,13 @@ class CudaModel {
   size_t attn_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;
 
-  void mark(const char* stage);
-  bool profiling_ = false;
-  std::vector<cudaEvent_t> prof_events_;
-  std::vector<const char*> prof_names_;
-  size_t prof_n_ = 0;
-  bool force_eager_ = false;
+  // plans, made in prepare() for every shape a step can take, looked up at launch
+  std::map<GemvKey, GemvChoice> gemv_plans_;
+  std::vector<kernels::DecodeAttentionPlan> decode_plans_;  // [batch]: decode steps plan for max_context
+  std::map<std::pair<int, int>, kernels::PrefillAttentionPlan> prefill_plans_;  // (batch, max_q_len)
+  kernels::PrefillAttentionArgs prefill_shape_;  // the widest prefill step prepare() checked (for the report)
 
+  StepObserver* observer_ = nullptr;
   std::map<int, cudaGraphExec_t> graphs_;  // decode batch -> graph
   bool capturing_ = false;
 };

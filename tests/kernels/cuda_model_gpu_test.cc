@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 
 // The shared test assets: $SOARTUNE_SHARED_DIR when set (the device machine carries a copy), else the build's.
@@ -15,6 +16,7 @@ inline std::string soartune_shared_dir_at_run_time() {
 }
 #define SOARTUNE_SHARED_DIR soartune_shared_dir_at_run_time()
 
+#include "core/kernel_variants.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/model_loader.h"
@@ -173,6 +175,32 @@ TEST(CudaModel, BadKnobIsAnErrorBeforeLaunch) {
   auto e = Engine::create(std::move(b).value(), tiny(), o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message.find("gemv_variant"), std::string::npos) << e.status().message;
+}
+
+// The plans prepare() made are reported by op and shape, and name variants of the closed set (the forced one
+// everywhere when the knob names one).
+TEST(CudaModel, KernelPlansAreReportedForEveryOpFromTheClosedSet) {
+  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_TINY_MODEL();
+  for (const std::string variant : {"auto", "m1w8u2"}) {
+    LaunchConfig l;
+    l.gemv_variant = variant;
+    auto e = make_engine(l);
+    ASSERT_TRUE(e);
+    std::set<std::string> ops;
+    for (const KernelPlan& p : e->backend().kernel_plans()) {
+      ops.insert(p.op);
+      EXPECT_FALSE(p.shape.empty()) << p.op;
+      if (!p.op.starts_with("gemv.")) continue;
+      ASSERT_TRUE(p.choice.count("variant")) << p.op << " " << p.shape;
+      const std::string v = p.choice.at("variant");
+      EXPECT_GE(core::gemv_variant_index(v), 0) << v;
+      if (variant != "auto") EXPECT_EQ(v, variant) << p.op << " " << p.shape;
+    }
+    for (const char* op : {"gemv.qkv", "gemv.o", "gemv.gate_up", "gemv.down", "gemv.lm_head", "attention.decode",
+                           "attention.prefill"})
+      EXPECT_EQ(ops.count(op), 1u) << op << " (gemv_variant " << variant << ")";
+  }
 }
 
 }  // namespace
