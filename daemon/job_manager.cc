@@ -41,19 +41,6 @@ std::string make_job_id() {
   return std::string("job-") + buf + "-" + hex;
 }
 
-bool counts_for_budget(const TrialRecord& t) {
-  if (t.status == TrialStatus::kCancelled) return false;
-  if (t.failure_kind == FailureKind::kRestart) return false;
-  return true;
-}
-
-std::vector<TrialRecord> all_trials(Store& s, const std::string& job_id) {
-  TrialQuery q;
-  q.job_id = job_id;
-  q.limit = 1000000;
-  return s.list_trials(q);
-}
-
 }  // namespace
 
 int64_t now_ms() {
@@ -76,26 +63,6 @@ std::string suggestion_to_json(const search::Suggestion& s) {
   j["note"] = s.note;
   j["config"] = soartune::to_text(s.config);
   return j.dump();
-}
-
-void rescore(const search::ScoringSpec& scoring, std::vector<TrialRecord>& trials) {
-  std::vector<search::TrialMetrics> observed;
-  for (const TrialRecord& t : trials)
-    if (t.status == TrialStatus::kComplete) observed.push_back(metrics_of(t));
-  if (observed.empty()) {
-    for (TrialRecord& t : trials) t.score = t.gate = 0;
-    return;
-  }
-  auto ref = search::reference_durations(scoring, observed);
-  for (TrialRecord& t : trials) {
-    if (t.status != TrialStatus::kComplete) {
-      t.score = t.gate = 0;
-      continue;
-    }
-    search::Score s = search::score(scoring, metrics_of(t), ref);
-    t.score = s.final_score;
-    t.gate = s.gate;
-  }
 }
 
 // ---- Watcher ----
@@ -133,6 +100,18 @@ bool Watcher::closed() const {
 
 // ---- JobManager ----
 
+
+namespace {
+
+std::vector<TrialRecord> all_trials(Store& s, const std::string& job_id) {
+  TrialQuery q;
+  q.job_id = job_id;
+  q.limit = 0;
+  return s.list_trials(q);
+}
+
+}  // namespace
+
 struct JobManager::RunningTrial {
   TrialRecord rec;
   int device = -1;
@@ -153,7 +132,13 @@ struct JobManager::JobRun {
   std::mutex m;
   std::condition_variable cv;
   std::atomic<bool> cancel{false}, stop{false}, finished{false};
-  std::map<int64_t, std::shared_ptr<RunningTrial>> running;   // guarded by m
+  // Guarded by m: the job as stored, its trials as scored, what the runner waits on.
+  JobRecord job;
+  ScoredTrials trials;
+  uint64_t events = 0;                                          // bumped by everything that wakes the runner
+  std::map<int64_t, std::shared_ptr<RunningTrial>> running;
+  std::condition_variable finished_cv;
+  // The runner's own.
   std::unique_ptr<search::Strategy> strategy;
   std::vector<search::Observation> prior;
 };
@@ -189,7 +174,7 @@ Status JobManager::start() {
       std::lock_guard<std::mutex> l(mu_);
       specs_[job.id] = shared;
     }
-    start_runner(job, shared);
+    if (Status s = start_runner(job, shared); !s.ok()) spdlog::error("job {}: cannot resume: {}", job.id, s.message);
   }
   return Status::Ok();
 }
@@ -203,7 +188,7 @@ void JobManager::shutdown() {
   }
   for (auto& r : runs) {
     r->stop = true;
-    r->cv.notify_all();
+    wake(*r);
   }
   for (auto& r : runs)
     if (r->th.joinable()) r->th.join();
@@ -211,6 +196,14 @@ void JobManager::shutdown() {
   for (auto& [id, ws] : watchers_)
     for (auto& w : ws)
       if (auto p = w.lock()) p->close();
+}
+
+void JobManager::wake(JobRun& run) {
+  {
+    std::lock_guard<std::mutex> l(run.m);
+    ++run.events;
+  }
+  run.cv.notify_all();
 }
 
 int JobManager::job_parallelism(const JobSpec& spec) const {
@@ -235,9 +228,10 @@ void JobManager::release_device(int d) {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (d >= 0 && d < static_cast<int>(device_busy_.size())) device_busy_[d] = false;
-    for (auto& [id, r] : runs_) runs.push_back(r);
+    for (auto& [id, r] : runs_)
+      if (!r->finished) runs.push_back(r);
   }
-  for (auto& r : runs) r->cv.notify_all();   // a runner of another job may be waiting for this device
+  for (auto& r : runs) wake(*r);   // a runner of another job may be waiting for this device
 }
 
 int JobManager::free_devices() {
@@ -269,58 +263,85 @@ Result<JobView> JobManager::submit(const std::string& spec_yaml) {
     std::lock_guard<std::mutex> l(mu_);
     specs_[job.id] = spec;
   }
-  start_runner(job, spec);
-  return view_of(job);
+  if (Status s = start_runner(job, spec); !s.ok()) return s;
+  return get_job(job.id);
 }
 
-void JobManager::start_runner(const JobRecord& job, std::shared_ptr<const JobSpec> spec) {
+Status JobManager::start_runner(const JobRecord& job, std::shared_ptr<const JobSpec> spec) {
   auto run = std::make_shared<JobRun>();
   run->id = job.id;
   run->spec = std::move(spec);
   run->work_dir = job.work_dir.empty() ? (fs::path(cfg_.work_dir) / job.id).string() : job.work_dir;
+  run->job = job;
+  // The one read of the job's trials: from here on the runner keeps them.
+  run->trials = ScoredTrials(run->spec->scoring);
+  run->trials.reset(with_store([&](Store& s) { return all_trials(s, job.id); }));
   {
     std::lock_guard<std::mutex> l(mu_);
     runs_[job.id] = run;
   }
   run->th = std::thread([this, run] { run_job(run); });
+  return Status::Ok();
 }
 
-Result<JobView> JobManager::view_of(const JobRecord& job) {
+std::shared_ptr<JobManager::JobRun> JobManager::run_of(const std::string& job_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = runs_.find(job_id);
+  return it == runs_.end() ? nullptr : it->second;
+}
+
+Result<ScoredTrials> JobManager::load_scored(const std::string& job_id) {
+  Result<std::shared_ptr<const JobSpec>> spec = spec_of(job_id);
+  ScoredTrials scored(spec.ok() ? spec.value()->scoring : search::ScoringSpec{});
+  scored.reset(with_store([&](Store& s) { return all_trials(s, job_id); }));
+  return scored;
+}
+
+namespace {
+
+JobView make_view(const JobRecord& job, const ScoredTrials& ts, const search::ScoringSpec& scoring, int parallel) {
   JobView v;
   v.job = job;
-  std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, job.id); });
-  Result<std::shared_ptr<const JobSpec>> spec = spec_of(job.id);
-  search::ScoringSpec scoring = spec.ok() ? spec.value()->scoring : search::ScoringSpec{};
-  v.gate_levels = scoring.gate_levels();
-  rescore(scoring, ts);
-  int counted = 0;
-  double finished_s = 0;
-  int finished_n = 0;
-  for (const TrialRecord& t : ts) {
-    if (t.status == TrialStatus::kComplete || t.status == TrialStatus::kFailed) ++v.trials_done;
-    if (t.status == TrialStatus::kFailed) ++v.trials_failed;
-    if (t.status == TrialStatus::kRunning) ++v.trials_running;
-    if (counts_for_budget(t)) ++counted;
-    if (t.status == TrialStatus::kComplete && (v.best_trial < 0 || t.score > v.best_score)) {
-      v.best_score = t.score;
-      v.best_trial = t.number;
-    }
-    if ((t.status == TrialStatus::kComplete || t.status == TrialStatus::kFailed) && t.finished_ms > t.started_ms) {
-      finished_s += (t.finished_ms - t.started_ms) / 1000.0;
-      ++finished_n;
-    }
+  v.trials_done = ts.done();
+  v.trials_failed = ts.failed();
+  v.trials_running = ts.running();
+  if (const TrialRecord* b = ts.best()) {
+    v.best_score = b->score;
+    v.best_trial = b->number;
   }
+  v.gate_levels = scoring.gate_levels();
   if (is_terminal(job.state)) {
     v.eta_seconds = 0;
-  } else if (finished_n > 0) {
-    int remaining = std::max(0, job.trial_budget - counted) + v.trials_running;
-    int par = spec.ok() ? job_parallelism(*spec.value()) : 1;
-    v.eta_seconds = finished_s / finished_n * std::ceil(static_cast<double>(remaining) / par);
+  } else if (ts.mean_trial_seconds() > 0) {
+    const int remaining = std::max(0, job.trial_budget - ts.counted()) + ts.running();
+    v.eta_seconds = ts.mean_trial_seconds() * std::ceil(static_cast<double>(remaining) / std::max(1, parallel));
   }
   return v;
 }
 
+}  // namespace
+
+JobView JobManager::view_locked(const JobRun& run) {
+  return make_view(run.job, run.trials, run.spec->scoring, job_parallelism(*run.spec));
+}
+
+Result<JobView> JobManager::view_of(const JobRecord& job) {
+  if (std::shared_ptr<JobRun> run = run_of(job.id)) {
+    std::lock_guard<std::mutex> l(run->m);
+    return view_locked(*run);
+  }
+  Result<ScoredTrials> ts = load_scored(job.id);
+  if (!ts.ok()) return ts.status();
+  Result<std::shared_ptr<const JobSpec>> spec = spec_of(job.id);
+  return make_view(job, ts.value(), spec.ok() ? spec.value()->scoring : search::ScoringSpec{},
+                   spec.ok() ? job_parallelism(*spec.value()) : 1);
+}
+
 Result<JobView> JobManager::get_job(const std::string& id) {
+  if (std::shared_ptr<JobRun> run = run_of(id)) {
+    std::lock_guard<std::mutex> l(run->m);
+    return view_locked(*run);
+  }
   Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(id); });
   if (!job.ok()) return job.status();
   return view_of(job.value());
@@ -337,23 +358,20 @@ std::vector<JobView> JobManager::list_jobs(int limit, int offset) {
 }
 
 Result<JobView> JobManager::cancel(const std::string& id) {
-  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(id); });
-  if (!job.ok()) return job.status();
-  if (is_terminal(job.value().state))
-    return Status::Precondition("job_id: job " + id + " is already " + to_string(job.value().state) +
+  Result<JobView> current = get_job(id);
+  if (!current.ok()) return current.status();
+  if (is_terminal(current.value().job.state))
+    return Status::Precondition("job_id: job " + id + " is already " + to_string(current.value().job.state) +
                                 "; only QUEUED or RUNNING jobs can be cancelled");
-  std::shared_ptr<JobRun> run;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (auto it = runs_.find(id); it != runs_.end()) run = it->second;
-  }
+  std::shared_ptr<JobRun> run = run_of(id);
   if (run && !run->finished) {
     run->cancel = true;
-    run->cv.notify_all();
+    wake(*run);
     // The runner kills the workers (SIGTERM, then SIGKILL after the grace period) and marks the job.
-    for (int i = 0; i < 600 && !run->finished; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::unique_lock<std::mutex> l(run->m);
+    run->finished_cv.wait_for(l, std::chrono::seconds(30), [&] { return run->finished.load(); });
   } else {
-    JobRecord j = job.value();
+    JobRecord j = current.value().job;
     j.state = JobState::kCancelled;
     j.stop_reason = "cancelled";
     j.finished_ms = now_ms();
@@ -378,16 +396,23 @@ Result<std::shared_ptr<const JobSpec>> JobManager::spec_of(const std::string& jo
 }
 
 Result<std::vector<TrialRecord>> JobManager::trials(const std::string& job_id) {
+  if (std::shared_ptr<JobRun> run = run_of(job_id)) {
+    std::lock_guard<std::mutex> l(run->m);
+    return run->trials.list();
+  }
   Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
   if (!job.ok()) return job.status();
-  std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, job_id); });
-  Result<std::shared_ptr<const JobSpec>> spec = spec_of(job_id);
-  rescore(spec.ok() ? spec.value()->scoring : search::ScoringSpec{}, ts);
-  std::sort(ts.begin(), ts.end(), [](const TrialRecord& a, const TrialRecord& b) { return a.number < b.number; });
-  return ts;
+  Result<ScoredTrials> ts = load_scored(job_id);
+  if (!ts.ok()) return ts.status();
+  return ts.value().list();
 }
 
 Result<TrialRecord> JobManager::trial(const std::string& job_id, int64_t number) {
+  if (std::shared_ptr<JobRun> run = run_of(job_id)) {
+    std::lock_guard<std::mutex> l(run->m);
+    if (const TrialRecord* t = run->trials.find(number)) return *t;
+    return Status::NotFound("number: job " + job_id + " has no trial " + std::to_string(number));
+  }
   Result<std::vector<TrialRecord>> ts = trials(job_id);
   if (!ts.ok()) return ts.status();
   for (const TrialRecord& t : ts.value())
@@ -396,11 +421,17 @@ Result<TrialRecord> JobManager::trial(const std::string& job_id, int64_t number)
 }
 
 Result<TrialRecord> JobManager::best(const std::string& job_id) {
-  Result<std::vector<TrialRecord>> ts = trials(job_id);
-  if (!ts.ok()) return ts.status();
-  const TrialRecord* best = nullptr;
-  for (const TrialRecord& t : ts.value())
-    if (t.status == TrialStatus::kComplete && (!best || t.score > best->score)) best = &t;
+  std::optional<TrialRecord> best;
+  if (std::shared_ptr<JobRun> run = run_of(job_id)) {
+    std::lock_guard<std::mutex> l(run->m);
+    if (const TrialRecord* b = run->trials.best()) best = *b;
+  } else {
+    Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
+    if (!job.ok()) return job.status();
+    Result<ScoredTrials> ts = load_scored(job_id);
+    if (!ts.ok()) return ts.status();
+    if (const TrialRecord* b = ts.value().best()) best = *b;
+  }
   if (!best) return Status::NotFound("job_id: job " + job_id + " has no COMPLETE trial yet");
   return *best;
 }
@@ -423,47 +454,69 @@ std::vector<search::Observation> JobManager::warm_start_prior(const JobRecord& j
   return prior;
 }
 
+namespace {
+
+// The search's view of a job: its problem, and its history (the COMPLETE reference first, then by number).
+JobManager::SearchState search_state_of(const JobSpec& sp, const ScoredTrials& scored,
+                                        std::vector<search::Observation> prior) {
+  JobManager::SearchState st;
+  st.problem.space = sp.space;
+  st.problem.scoring = sp.scoring;
+  st.problem.reference = sp.reference;
+  st.problem.seed = sp.seed;
+  st.problem.prior = std::move(prior);
+  std::vector<const TrialRecord*> ts;
+  for (const auto& [n, t] : scored.all()) ts.push_back(&t);
+  std::stable_sort(ts.begin(), ts.end(), [](const TrialRecord* a, const TrialRecord* b) {
+    const bool ra = a->is_reference && a->status == TrialStatus::kComplete;
+    const bool rb = b->is_reference && b->status == TrialStatus::kComplete;
+    return ra != rb ? ra : a->number < b->number;
+  });
+  for (const TrialRecord* t : ts) {
+    if (!counts_for_budget(*t)) continue;
+    search::Observation o;
+    o.config = space_view(sp, soartune::config_from_text(t->params));
+    if (t->status == TrialStatus::kRunning) {
+      o.outcome = search::Outcome::kPending;
+    } else if (t->status == TrialStatus::kComplete) {
+      o.outcome = search::Outcome::kComplete;
+      o.metrics = metrics_of(*t);
+    } else {
+      o.outcome = search::Outcome::kFailed;
+      o.failure = t->failure_kind;
+    }
+    st.history.push_back(std::move(o));
+    st.trials.push_back(*t);
+  }
+  return st;
+}
+
+}  // namespace
+
+JobManager::SearchState JobManager::state_locked(const JobRun& run) {
+  return search_state_of(*run.spec, run.trials, run.prior);
+}
+
 Result<JobManager::SearchState> JobManager::search_state(const std::string& job_id) {
   Result<std::shared_ptr<const JobSpec>> spec = spec_of(job_id);
   if (!spec.ok()) return spec.status();
   Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
   if (!job.ok()) return job.status();
-  const JobSpec& sp = *spec.value();
-  SearchState st;
-  st.problem.space = sp.space;
-  st.problem.scoring = sp.scoring;
-  st.problem.reference = sp.reference;
-  st.problem.seed = sp.seed;
-  st.problem.prior = warm_start_prior(job.value(), sp);
-  std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, job_id); });
-  std::stable_sort(ts.begin(), ts.end(), [](const TrialRecord& a, const TrialRecord& b) {
-    bool ra = a.is_reference && a.status == TrialStatus::kComplete;
-    bool rb = b.is_reference && b.status == TrialStatus::kComplete;
-    if (ra != rb) return ra;
-    return a.number < b.number;
-  });
-  for (const TrialRecord& t : ts) {
-    if (!counts_for_budget(t)) continue;
-    search::Observation o;
-    o.config = space_view(sp, soartune::config_from_text(t.params));
-    if (t.status == TrialStatus::kRunning) {
-      o.outcome = search::Outcome::kPending;
-    } else if (t.status == TrialStatus::kComplete) {
-      o.outcome = search::Outcome::kComplete;
-      o.metrics = metrics_of(t);
-    } else {
-      o.outcome = search::Outcome::kFailed;
-      o.failure = t.failure_kind;
-    }
-    st.history.push_back(std::move(o));
-    st.trials.push_back(t);
+  std::vector<search::Observation> prior = warm_start_prior(job.value(), *spec.value());
+  if (std::shared_ptr<JobRun> run = run_of(job_id)) {
+    std::lock_guard<std::mutex> l(run->m);
+    return search_state_of(*spec.value(), run->trials, std::move(prior));
   }
-  return st;
+  Result<ScoredTrials> ts = load_scored(job_id);
+  if (!ts.ok()) return ts.status();
+  return search_state_of(*spec.value(), ts.value(), std::move(prior));
 }
 
 Result<std::shared_ptr<Watcher>> JobManager::watch(const std::string& job_id) {
-  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
-  if (!job.ok()) return job.status();
+  if (!run_of(job_id)) {
+    Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
+    if (!job.ok()) return job.status();
+  }
   auto w = std::make_shared<Watcher>();
   std::lock_guard<std::mutex> l(mu_);
   auto& ws = watchers_[job_id];
@@ -477,26 +530,30 @@ void JobManager::publish(const std::string& job_id, JobEventData e) {
   std::vector<std::shared_ptr<Watcher>> targets;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto& w : watchers_[job_id])
+    auto it = watchers_.find(job_id);
+    if (it == watchers_.end()) return;
+    for (auto& w : it->second)
       if (auto p = w.lock()) targets.push_back(p);
   }
   for (auto& w : targets) w->push(e);
 }
 
 void JobManager::finish_job(JobRun& run, JobState state, const std::string& stop_reason, const std::string& error) {
-  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(run.id); });
-  if (!job.ok()) return;
-  JobRecord j = job.value();
-  j.state = state;
-  j.stop_reason = stop_reason;
-  j.error = error;
-  j.finished_ms = now_ms();
+  JobRecord j;
+  JobEventData e;
+  {
+    std::lock_guard<std::mutex> l(run.m);
+    run.job.state = state;
+    run.job.stop_reason = stop_reason;
+    run.job.error = error;
+    run.job.finished_ms = now_ms();
+    j = run.job;
+    e.job = view_locked(run);
+  }
   if (Status s = with_store([&](Store& st) { return st.update_job(j); }); !s.ok())
     spdlog::error("job {}: cannot record the end: {}", run.id, s.message);
   spdlog::info("job {} {} ({}){}", run.id, to_string(state), stop_reason, error.empty() ? "" : ": " + error);
-  JobEventData e;
   e.kind = EventKind::kJobFinished;
-  if (Result<JobView> v = view_of(j); v.ok()) e.job = v.value();
   e.unix_ms = now_ms();
   publish(run.id, std::move(e));
 }
@@ -508,7 +565,12 @@ void JobManager::launch_trial(JobRun& run, int device, const search::Suggestion&
   rt->is_reference = is_reference;
   rt->timeout_s = spec.trial_timeout_s.value_or(cfg_.trial_timeout_s);
   soartune::Config config = is_reference ? spec.reference : trial_config(spec, s.config);
-  int64_t number = with_store([&](Store& st) { return st.next_trial_number(run.id); });
+  int64_t number;
+  {
+    // Only this runner adds trials to its job: the next number is known without asking the store.
+    std::lock_guard<std::mutex> l(run.m);
+    number = run.trials.all().empty() ? 0 : run.trials.all().rbegin()->first + 1;
+  }
   TrialRecord& rec = rt->rec;
   rec.job_id = run.id;
   rec.number = number;
@@ -538,13 +600,14 @@ void JobManager::launch_trial(JobRun& run, int device, const search::Suggestion&
     return;
   }
   spdlog::info("job {} trial {} started on {} ({})", run.id, number, rec.device, s.strategy);
+  JobEventData e;
   {
     std::lock_guard<std::mutex> l(run.m);
+    run.trials.put(rec);
     run.running[number] = rt;
+    e.job = view_locked(run);
   }
-  JobEventData e;
   e.kind = EventKind::kTrialStarted;
-  if (Result<JobView> v = get_job(run.id); v.ok()) e.job = v.value();
   e.trial = rec;
   e.unix_ms = now_ms();
   publish(run.id, std::move(e));
@@ -570,33 +633,27 @@ void JobManager::run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt) {
     std::ofstream log(rt->trial_file.substr(0, rt->trial_file.size() - 5) + ".log");
     log << res.err_tail;
   }
-  // The score it has now, against the best seen so far (served scores are recomputed on read).
-  std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, run.id); });
-  for (TrialRecord& t : ts)
-    if (t.number == rec.number) t = rec;
-  rescore(run.spec->scoring, ts);
-  for (const TrialRecord& t : ts)
-    if (t.number == rec.number) {
-      rec.score = t.score;
-      rec.gate = t.gate;
-    }
+  // Scored against the best seen so far, in memory; the store keeps the score it has now.
+  JobEventData e;
+  {
+    std::lock_guard<std::mutex> l(run.m);
+    rec = run.trials.put(std::move(rec));
+    e.job = view_locked(run);
+  }
   if (Status st = with_store([&](Store& s) { return s.finish_trial(rec); }); !st.ok())
     spdlog::error("job {}: cannot record the result of trial {}: {}", run.id, rec.number, st.message);
-  release_device(rt->device);
   if (o.status == TrialStatus::kComplete)
     spdlog::info("job {} trial {} COMPLETE in {:.1f} s: accuracy {:.2f}%, score {:.2f}", run.id, rec.number,
                  res.wall_s, rec.relative_accuracy, rec.score);
   else
     spdlog::warn("job {} trial {} {}: {}", run.id, rec.number, to_string(o.status), rec.error);
 
-  JobEventData e;
   e.kind = o.status == TrialStatus::kComplete ? EventKind::kTrialFinished : EventKind::kTrialFailed;
-  if (Result<JobView> v = get_job(run.id); v.ok()) e.job = v.value();
   e.trial = rec;
   e.unix_ms = now_ms();
   publish(run.id, std::move(e));
   rt->done = true;
-  run.cv.notify_all();
+  release_device(rt->device);   // wakes this runner too
 }
 
 void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
@@ -625,25 +682,29 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
       rt->cancel.cancel();
     }
   };
+  auto end = [&] {
+    {
+      std::lock_guard<std::mutex> l(run.m);
+      run.finished = true;
+    }
+    run.finished_cv.notify_all();
+  };
 
-  Result<JobRecord> job0 = with_store([&](Store& s) { return s.get_job(run.id); });
-  if (!job0.ok()) {
-    run.finished = true;
-    return;
-  }
+  JobRecord job0;
   {
-    JobRecord j = job0.value();
-    j.state = JobState::kRunning;
-    if (j.started_ms == 0) j.started_ms = now_ms();
-    if (j.work_dir.empty()) j.work_dir = run.work_dir;
-    with_store([&](Store& s) { return s.update_job(j); });
-    job0 = j;
+    std::lock_guard<std::mutex> l(run.m);
+    run.job.state = JobState::kRunning;
+    if (run.job.started_ms == 0) run.job.started_ms = now_ms();
+    if (run.job.work_dir.empty()) run.job.work_dir = run.work_dir;
+    job0 = run.job;
   }
-  const int64_t started_ms = job0.value().started_ms;
+  with_store([&](Store& s) { return s.update_job(job0); });
+  const int64_t started_ms = job0.started_ms;
+  run.prior = warm_start_prior(job0, spec);
   Result<std::unique_ptr<search::Strategy>> strategy = search::make_strategy(spec.strategy);
   if (!strategy.ok()) {
     finish_job(run, JobState::kFailed, "error", strategy.status().message);
-    run.finished = true;
+    end();
     return;
   }
   run.strategy = std::move(strategy).value();
@@ -661,24 +722,19 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
       if (cancelled) finish_job(run, JobState::kCancelled, "cancelled", "");
       break;
     }
-    std::vector<TrialRecord> ts = with_store([&](Store& s) { return all_trials(s, run.id); });
-    int counted = 0, finished = 0, n_running = 0;
-    bool ref_done = false, any_complete = false;
-    const TrialRecord* ref_failed = nullptr;
-    for (const TrialRecord& t : ts) {
-      if (counts_for_budget(t)) ++counted;
-      if (t.status == TrialStatus::kRunning) ++n_running;
-      if (t.status == TrialStatus::kComplete || t.status == TrialStatus::kFailed) ++finished;
-      if (t.status == TrialStatus::kComplete) any_complete = true;
-      if (t.is_reference) {
-        if (t.status == TrialStatus::kComplete) ref_done = true;
-        if (t.status == TrialStatus::kFailed && t.failure_kind != FailureKind::kRestart) ref_failed = &t;
-      }
-    }
-    size_t running_now;
+    uint64_t seen;
+    int counted, finished, running_now;
+    bool ref_done, any_complete;
+    std::optional<TrialRecord> ref_failed;
     {
       std::lock_guard<std::mutex> l(run.m);
-      running_now = run.running.size();
+      seen = run.events;
+      counted = run.trials.counted();
+      finished = run.trials.done();
+      any_complete = run.trials.complete() > 0;
+      ref_done = run.trials.reference_complete();
+      if (const TrialRecord* f = run.trials.reference_failed()) ref_failed = *f;
+      running_now = static_cast<int>(run.running.size());
     }
     if (!ref_done && ref_failed && running_now == 0) {
       finish_job(run, JobState::kFailed, "reference failed",
@@ -695,7 +751,7 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
       break;
     }
     if (stopping.empty()) {
-      int slots = std::min(parallel - static_cast<int>(running_now), spec.trial_budget - counted);
+      int slots = std::min(parallel - running_now, spec.trial_budget - counted);
       if (!ref_done) {
         if (running_now == 0 && !ref_failed && slots > 0) {
           if (std::optional<int> dev = acquire_device()) {
@@ -709,44 +765,50 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
         }
       } else if (slots > 0 && free_devices() > 0 && finished != finished_at_empty_ask) {
         int q = std::min(slots, free_devices());
-        Result<SearchState> st = search_state(run.id);
-        if (st.ok()) {
-          std::vector<search::Suggestion> suggestions = run.strategy->ask(st.value().problem, st.value().history, q);
-          std::optional<double> ei = run.strategy->last_expected_improvement_pct();
-          if (spec.stop_when && ei) {
-            low_ei_rounds = *ei < spec.stop_when->ei_below_pct ? low_ei_rounds + 1 : 0;
-            if (low_ei_rounds >= spec.stop_when->rounds) {
-              stopping = "converged";
-              spdlog::info("job {}: expected improvement {:.3f}% under {}% for {} rounds", run.id, *ei,
-                           spec.stop_when->ei_below_pct, low_ei_rounds);
-              continue;
-            }
-          }
-          if (suggestions.empty()) {
-            finished_at_empty_ask = finished;
-            if (running_now == 0) stopping = "space exhausted";
+        SearchState st;
+        {
+          std::lock_guard<std::mutex> l(run.m);
+          st = state_locked(run);
+        }
+        std::vector<search::Suggestion> suggestions = run.strategy->ask(st.problem, st.history, q);
+        std::optional<double> ei = run.strategy->last_expected_improvement_pct();
+        if (spec.stop_when && ei) {
+          low_ei_rounds = *ei < spec.stop_when->ei_below_pct ? low_ei_rounds + 1 : 0;
+          if (low_ei_rounds >= spec.stop_when->rounds) {
+            stopping = "converged";
+            spdlog::info("job {}: expected improvement {:.3f}% under {}% for {} rounds", run.id, *ei,
+                         spec.stop_when->ei_below_pct, low_ei_rounds);
             continue;
           }
-          bool launched = false;
-          for (const search::Suggestion& s : suggestions) {
-            std::optional<int> dev = acquire_device();
-            if (!dev) break;
-            launch_trial(run, *dev, s, false);
-            launched = true;
-          }
-          if (launched) continue;
-        } else {
-          finish_job(run, JobState::kFailed, "error", st.status().message);
-          kill_all(kShutdownReason);
-          reap(true);
-          break;
         }
+        if (suggestions.empty()) {
+          finished_at_empty_ask = finished;
+          if (running_now == 0) stopping = "space exhausted";
+          continue;
+        }
+        bool launched = false;
+        for (const search::Suggestion& s : suggestions) {
+          std::optional<int> dev = acquire_device();
+          if (!dev) break;
+          launch_trial(run, *dev, s, false);
+          launched = true;
+        }
+        if (launched) continue;
       }
     }
+    // Nothing to do until something happens: a trial ends, a device frees up, a cancel, a shutdown, or the
+    // time budget runs out.
     std::unique_lock<std::mutex> l(run.m);
-    run.cv.wait_for(l, std::chrono::milliseconds(250));
+    auto woken = [&] { return run.events != seen || run.cancel || run.stop; };
+    if (spec.time_budget_s && stopping.empty()) {
+      const auto deadline = std::chrono::system_clock::time_point(std::chrono::milliseconds(started_ms)) +
+                            std::chrono::milliseconds(static_cast<int64_t>(*spec.time_budget_s * 1000) + 1);
+      run.cv.wait_until(l, deadline, woken);
+    } else {
+      run.cv.wait(l, woken);
+    }
   }
-  run.finished = true;
+  end();
 }
 
 }  // namespace soartune::daemon

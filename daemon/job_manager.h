@@ -1,9 +1,15 @@
 // Runs jobs: one runner thread per active job asks the strategy for as many configs as there are free device
 // slots, runs each in its own soartune-worker process, stores every trial, and streams events to watchers.
 //
+// Event-driven: the runner sleeps until something it acts on happens (a trial finishes, a device frees up, the
+// job is cancelled, the daemon stops, the time budget runs out), not on a timer. It holds the job's trials in
+// memory (ScoredTrials, read from the store once when the runner starts) and updates them as trials start and
+// finish, so neither its turns nor the events it publishes re-read or rescore the job; watchers get the job
+// view computed from that state.
+//
 // Scores are relative to the best duration seen on each tier, so they change as trials finish: the store
-// keeps each trial's raw metrics (and the score it had when it finished); everything served is re-scored
-// against the job's current best on read.
+// keeps each trial's raw metrics (and the score it had when it finished); what is served is scored against the
+// job's current best (kept current in memory for jobs this daemon runs, computed on read for the others).
 //
 // Shutdown (SIGTERM): running workers are killed, their trials recorded CANCELLED ("daemon shut down"), and
 // the jobs stay RUNNING in the store, so the next start resumes them. A crash (kill -9) leaves RUNNING trials
@@ -24,6 +30,7 @@
 
 #include "daemon/daemon_config.h"
 #include "daemon/job_spec.h"
+#include "daemon/scored_trials.h"
 #include "daemon/store.h"
 #include "core/status.h"
 #include "search/strategy.h"
@@ -116,11 +123,17 @@ class JobManager {
   struct RunningTrial;
   struct JobRun;
 
+  std::shared_ptr<JobRun> run_of(const std::string& job_id);
+  // The job's trials scored from the store (for a job no runner of this daemon holds).
+  soartune::Result<ScoredTrials> load_scored(const std::string& job_id);
+  JobView view_locked(const JobRun& run);   // run.m held
+  SearchState state_locked(const JobRun& run);   // run.m held
+  void wake(JobRun& run);
   void run_job(std::shared_ptr<JobRun> run);
   void launch_trial(JobRun& run, int device, const search::Suggestion& s, bool is_reference);
   void run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt);
   void finish_job(JobRun& run, JobState state, const std::string& stop_reason, const std::string& error);
-  void start_runner(const JobRecord& job, std::shared_ptr<const JobSpec> spec);
+  soartune::Status start_runner(const JobRecord& job, std::shared_ptr<const JobSpec> spec);
   void publish(const std::string& job_id, JobEventData e);
   soartune::Result<JobView> view_of(const JobRecord& job);
   std::vector<search::Observation> warm_start_prior(const JobRecord& job, const JobSpec& spec);
@@ -147,7 +160,5 @@ namespace soartune::daemon {
 
 // search::Suggestion <-> the JSON the store keeps with each trial.
 std::string suggestion_to_json(const search::Suggestion& s);
-// Re-scores COMPLETE trials against the best durations among them (or the spec's targets); others score 0.
-void rescore(const search::ScoringSpec& scoring, std::vector<TrialRecord>& trials);
 
 }  // namespace soartune::daemon
