@@ -7,6 +7,9 @@
 // decoder, writes that token's K/V (after RoPE) into the cache at its position (page
 // block_table[pos / page_size], row pos % page_size), and attends causally over positions 0..pos of its
 // own sequence. Only the rows named in `output_rows` go through the final norm and lm_head.
+// A lightning-attention layer (MiniCPM-SALA) keeps no KV: it carries one fixed-size state per sequence slot
+// instead, which the backend resets at the sequence's first token (start_pos == 0) and advances in position
+// order, so a slot's state is only ever read by the sequence occupying it.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +47,9 @@ struct Step {
 struct StepOutput {
   std::span<int32_t> argmax;             // [R] greedy next token per output row (ties: lowest id)
   std::span<float> logits;               // [R][vocab] fp32 logits; empty = not wanted this step
+  std::span<float> residual_stream;      // [layers + 1][T][hidden]: the scaled embedding, then the residual
+                                         // stream after each layer, to bisect a mismatch against a reference
+                                         // layer by layer; empty = not wanted. The CPU backend fills it.
 };
 
 struct BackendPlan {

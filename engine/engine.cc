@@ -103,7 +103,7 @@ Status Engine::step() {
     seqs_.push_back({s.slot, first, c.len, c.start, std::span<const int32_t>(s.pages)});
   }
   Step st{tokens_, positions_, seqs_, output_rows_, batch_.decode_tokens};
-  StepOutput out{std::span<int32_t>(argmax_.data(), output_rows_.size()), {}};
+  StepOutput out{std::span<int32_t>(argmax_.data(), output_rows_.size()), {}, {}};
   if (Status s = backend_->forward(st, out); !s.ok()) return s;
   const double t = now();
   for (std::size_t ci = 0; ci < batch_.chunks.size(); ++ci) {

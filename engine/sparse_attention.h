@@ -1,0 +1,54 @@
+// InfLLM-v2 block selection (MiniCPM-SALA's sparse attention of the softmax layers, sparse_config), fp32 on
+// the CPU, for one query token and one KV-head group.
+//
+// For a query at position p whose sequence has reached dense_len keys (p + 1 >= dense_len):
+//   1. compressed keys: ck_i = mean of keys [i s, i s + w) (w = kernel_size, s = kernel_stride), for every
+//      window that lies wholly at or before p (i s + w - 1 <= p);
+//   2. per query head h of the group: softmax over i of q_h . ck_i / sqrt(d); the group's score of ck_i is
+//      the sum of those probabilities over its heads (one selection per KV head, shared by its query heads);
+//   3. block b (block_size tokens) scores the max over compressed indices [b r - 1, b r + r), r =
+//      block_size / kernel_stride (max-pooling kernel r + 1, stride r, padding 1); blocks b < init_blocks and
+//      the local blocks qb - window_size / block_size <= b <= qb (qb = p / block_size) score +inf;
+//   4. the topk + window_size / block_size best blocks at or before qb are attended (ties: lower block);
+//      attention itself is exact softmax over those blocks' tokens at positions <= p.
+// When that count covers every block up to qb the result is dense attention.
+#pragma once
+
+#include "engine/model_config.h"
+
+namespace soartune::engine {
+
+// Blocks a query attends to: 1 + p / block_size at most.
+inline int sparse_max_blocks(int context, int block_size) { return (context + block_size - 1) / block_size; }
+// Compressed keys of a context of `keys` tokens.
+inline int sparse_compressed_keys(int keys, const SparseAttentionConfig& sp) {
+  return keys < sp.kernel_size ? 0 : (keys - sp.kernel_size) / sp.kernel_stride + 1;
+}
+// Scratch floats sparse_select_blocks needs for a context of up to `context` tokens.
+inline int sparse_scratch_floats(int context, const SparseAttentionConfig& sp) {
+  return 2 * (sparse_compressed_keys(context, sp) + 1) + sparse_max_blocks(context, sp.block_size);
+}
+
+// Mean-pools keys into compressed keys: ck [n][dim] for windows i = 0..n-1, key(j) a [dim] row of key j.
+template <typename KeyRow>
+void sparse_compress_keys(const SparseAttentionConfig& sp, int n, int dim, KeyRow key, float* ck) {
+  const float inv = 1.f / static_cast<float>(sp.kernel_size);
+  for (int i = 0; i < n; ++i) {
+    float* c = ck + static_cast<std::size_t>(i) * dim;
+    for (int e = 0; e < dim; ++e) c[e] = 0.f;
+    for (int j = i * sp.kernel_stride; j < i * sp.kernel_stride + sp.kernel_size; ++j) {
+      const float* k = key(j);
+      for (int e = 0; e < dim; ++e) c[e] += k[e];
+    }
+    for (int e = 0; e < dim; ++e) c[e] *= inv;
+  }
+}
+
+// Selects the blocks for the query heads q [group][dim] at position `pos`, from the compressed keys ck
+// [n_ck][dim] of its sequence (n_ck >= the windows visible at pos). Writes the chosen block indices in
+// ascending order to `blocks` ([sparse_max_blocks(pos + 1)]) and returns their count. `scratch`:
+// sparse_scratch_floats(pos + 1, sp).
+int sparse_select_blocks(const SparseAttentionConfig& sp, const float* q, int group, int dim, const float* ck, int n_ck,
+                         int pos, float* scratch, int* blocks);
+
+}  // namespace soartune::engine

@@ -1,0 +1,232 @@
+// The CPU engine on MiniCPM-SALA against the independent fp32 reference outputs of the shared tiny-sala model
+// (computed from the official modeling code's semantics, never by this engine): full logits, the residual
+// stream layer by layer, teacher-forced top-1, greedy continuations, and decode == prefill.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/model_loader.h"
+#include "tiny_model.h"
+
+namespace soartune::engine {
+namespace {
+
+// The KV-cache dtype enum, named through LaunchConfig's field.
+using CacheDtype = decltype(LaunchConfig::kv_cache_dtype);
+
+using testing::read_jsonl;
+using testing::tiny_sala_dir;
+
+const ModelWeights& sala() {
+  static const ModelWeights w = [] {
+    auto r = load_model("hf:" + tiny_sala_dir());
+    EXPECT_TRUE(r.ok()) << r.status().message;
+    return r.ok() ? std::move(r).value() : ModelWeights{};
+  }();
+  return w;
+}
+
+// reference_logits.safetensors holds an int64 tensor, which the checkpoint reader does not take: read the
+// three tensors here (8-byte header length, JSON header, little-endian data).
+struct ReferenceLogits {
+  std::vector<int64_t> input_ids;          // [4][64]
+  std::vector<float> logits;               // [4][64][vocab]
+  std::vector<float> residual;             // [layers + 1][64][hidden], prompt 0
+  std::vector<int64_t> ids_shape, logits_shape, residual_shape;
+};
+
+ReferenceLogits read_reference_logits() {
+  ReferenceLogits r;
+  std::ifstream in(tiny_sala_dir() + "/reference_logits.safetensors", std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, ' ');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  const auto h = nlohmann::json::parse(header);
+  std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto copy = [&](const char* name, auto* out, std::vector<int64_t>* shape) {
+    const auto& t = h.at(name);
+    *shape = t.at("shape").get<std::vector<int64_t>>();
+    const auto off = t.at("data_offsets").get<std::vector<std::size_t>>();
+    using T = typename std::remove_pointer_t<decltype(out)>::value_type;
+    out->resize((off[1] - off[0]) / sizeof(T));
+    std::memcpy(out->data(), data.data() + off[0], off[1] - off[0]);
+  };
+  EXPECT_EQ(h.at("input_ids").at("dtype"), "I64");
+  EXPECT_EQ(h.at("logits").at("dtype"), "F32");
+  copy("input_ids", &r.input_ids, &r.ids_shape);
+  copy("logits", &r.logits, &r.logits_shape);
+  copy("residual_stream_prompt0", &r.residual, &r.residual_shape);
+  return r;
+}
+
+// The backend driven directly, one sequence in slot 0, so every position's logits can be read.
+class SingleSequence {
+ public:
+  explicit SingleSequence(const ModelWeights& w, int max_context = 256, int threads = 2) : c_(w.config) {
+    BackendPlan plan;
+    plan.weights = &w;
+    plan.launch.kv_cache_dtype = CacheDtype::kFP32;
+    plan.max_sequences = 2;
+    plan.max_step_tokens = max_context;
+    plan.max_output_rows = max_context;
+    plan.max_context = max_context;
+    backend_ = make_cpu_backend(threads);
+    const Status s = backend_->prepare(plan);
+    EXPECT_TRUE(s.ok()) << s.message;
+    page_size_ = plan.launch.kv_page_size;
+    for (int p = 0; p < backend_->kv_pages(); ++p) pages_.push_back(p);
+  }
+
+  // Feeds tokens at positions pos0.. (after pos0 tokens already fed), returning every row's logits.
+  std::vector<float> feed(const std::vector<int32_t>& tokens, int pos0, std::vector<float>* residual = nullptr) {
+    const int T = static_cast<int>(tokens.size());
+    std::vector<int32_t> positions(static_cast<std::size_t>(T)), rows(static_cast<std::size_t>(T)), argmax(static_cast<std::size_t>(T));
+    for (int t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = pos0 + t, rows[static_cast<std::size_t>(t)] = t;
+    StepSequence seq{0, 0, T, pos0, std::span<const int32_t>(pages_)};
+    Step step{tokens, positions, std::span<const StepSequence>(&seq, 1), rows, pos0 > 0 && T == 1 ? 1 : 0};
+    std::vector<float> logits(static_cast<std::size_t>(T) * c_.vocab);
+    if (residual) residual->assign(static_cast<std::size_t>(c_.layers + 1) * T * c_.hidden, 0.f);
+    StepOutput out{argmax, logits, residual ? std::span<float>(*residual) : std::span<float>()};
+    const Status s = backend_->forward(step, out);
+    EXPECT_TRUE(s.ok()) << s.message;
+    return logits;
+  }
+
+ private:
+  ModelConfig c_;
+  std::unique_ptr<Backend> backend_;
+  int page_size_ = 16;
+  std::vector<int32_t> pages_;
+};
+
+TEST(SalaReference, LogitsAndResidualStreamMatchFp32Reference) {
+  SKIP_WITHOUT_TINY_SALA();
+  const ReferenceLogits ref = read_reference_logits();
+  const ModelConfig& c = sala().config;
+  ASSERT_EQ(ref.ids_shape, (std::vector<int64_t>{4, 64}));
+  ASSERT_EQ(ref.logits_shape, (std::vector<int64_t>{4, 64, c.vocab}));
+  ASSERT_EQ(ref.residual_shape, (std::vector<int64_t>{c.layers + 1, 64, c.hidden}));
+  SingleSequence run(sala());
+  double worst = 0;
+  for (int b = 0; b < 4; ++b) {
+    std::vector<int32_t> ids(ref.input_ids.begin() + b * 64, ref.input_ids.begin() + (b + 1) * 64);
+    std::vector<float> residual;
+    const std::vector<float> logits = run.feed(ids, 0, b == 0 ? &residual : nullptr);
+    const float* want = ref.logits.data() + static_cast<std::size_t>(b) * 64 * c.vocab;
+    double err = 0;
+    for (std::size_t i = 0; i < logits.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(logits[i] - want[i])));
+    std::printf("prompt %d: max |logit - reference| = %.3g\n", b, err);
+    worst = std::max(worst, err);
+    if (b != 0) continue;
+    // Layer by layer: max abs difference relative to the layer's largest reference value.
+    const std::size_t per = static_cast<std::size_t>(64) * c.hidden;
+    for (int l = 0; l <= c.layers; ++l) {
+      double diff = 0, scale = 0;
+      for (std::size_t i = 0; i < per; ++i) {
+        const float a = residual[l * per + i], r = ref.residual[l * per + i];
+        diff = std::max(diff, static_cast<double>(std::fabs(a - r)));
+        scale = std::max(scale, static_cast<double>(std::fabs(r)));
+      }
+      std::printf("  residual stream %s %d: max diff %.3g, relative %.3g\n", l == 0 ? "embedding" : "after layer", l == 0 ? 0 : l - 1,
+                  diff, diff / scale);
+      EXPECT_LE(diff / scale, 1e-4) << "residual stream index " << l;
+    }
+  }
+  EXPECT_LE(worst, 1e-3);
+}
+
+TEST(SalaReference, DecodeStepByStepEqualsOneFullPrefill) {
+  SKIP_WITHOUT_TINY_SALA();
+  // 150 tokens: prefill chunks of 64 inside the lightning layers cross two chunk boundaries; decode crosses
+  // the KV pages of the softmax layers.
+  std::vector<int32_t> ids;
+  uint32_t x = 12345;
+  for (int i = 0; i < 150; ++i) ids.push_back(2 + static_cast<int32_t>((x = x * 1103515245u + 12345u) >> 8) % 4094);
+  const int V = sala().config.vocab;
+  SingleSequence full(sala()), stepwise(sala());
+  const std::vector<float> want = full.feed(ids, 0);
+  std::vector<float> got = stepwise.feed(std::vector<int32_t>(ids.begin(), ids.begin() + 100), 0);
+  for (int p = 100; p < 150; ++p) {
+    const std::vector<float> one = stepwise.feed({ids[static_cast<std::size_t>(p)]}, p);
+    got.insert(got.end(), one.begin(), one.end());
+  }
+  ASSERT_EQ(got.size(), want.size());
+  double err = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+  std::printf("prefill(100) + 50 decode steps vs one prefill of 150: max |logit diff| = %.3g\n", err);
+  EXPECT_LE(err, 1e-4);
+  for (int p = 0; p < 150; ++p) {
+    const float* a = got.data() + static_cast<std::size_t>(p) * V;
+    const float* b = want.data() + static_cast<std::size_t>(p) * V;
+    EXPECT_EQ(std::max_element(a, a + V) - a, std::max_element(b, b + V) - b) << "position " << p;
+  }
+}
+
+std::unique_ptr<Engine> make_engine(int max_running, int prefill) {
+  EngineOptions o;
+  o.launch.kv_cache_dtype = CacheDtype::kFP32;
+  o.launch.max_running_requests = max_running;
+  o.launch.max_prefill_tokens = prefill;
+  o.max_context = 160;
+  auto e = Engine::create(make_cpu_backend(), sala(), o);
+  EXPECT_TRUE(e.ok()) << e.status().message;
+  return std::move(e).value();
+}
+
+TEST(SalaReference, TeacherForcedTop1MatchesFp32Reference) {
+  SKIP_WITHOUT_TINY_SALA();
+  const auto rows = read_jsonl(tiny_sala_dir() + "/eval_public.jsonl");
+  ASSERT_EQ(rows.size(), 32u);
+  auto engine = make_engine(16, 1024);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : rows) {
+    ASSERT_TRUE(engine->add_teacher_forced(r["prompt_ids"].get<std::vector<int32_t>>(),
+                                           r["continuation_ids"].get<std::vector<int32_t>>()).ok());
+    want.push_back(r["ref_teacher_forced_top1"].get<std::vector<int32_t>>());
+  }
+  ASSERT_TRUE(engine->run_until_idle().ok());
+  auto done = engine->take_finished();
+  ASSERT_EQ(done.size(), rows.size());
+  int64_t match = 0, total = 0;
+  for (const auto& f : done) {
+    const auto& w = want[static_cast<std::size_t>(f.id)];
+    ASSERT_EQ(f.output.size(), w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) match += f.output[i] == w[i];
+    total += static_cast<int64_t>(w.size());
+  }
+  const double pct = 100.0 * match / total;
+  std::printf("teacher-forced fp32 top-1 agreement: %.3f%% of %lld positions\n", pct, static_cast<long long>(total));
+  EXPECT_GE(pct, 99.9);
+}
+
+TEST(SalaReference, GreedyContinuationsMatchBatched) {
+  SKIP_WITHOUT_TINY_SALA();
+  const auto rows = read_jsonl(tiny_sala_dir() + "/greedy_reference.jsonl");
+  ASSERT_EQ(rows.size(), 16u);
+  // 6 running at once out of 16 and a 40-token prefill budget: slots are reused (their lightning state reset),
+  // prompts are split across steps, decode and prefill tokens share steps.
+  auto engine = make_engine(6, 40);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : rows) {
+    want.push_back(r["reference_greedy_fp32"].get<std::vector<int32_t>>());
+    ASSERT_TRUE(engine->add_request(r["prompt_ids"].get<std::vector<int32_t>>(), static_cast<int>(want.back().size())).ok());
+  }
+  ASSERT_TRUE(engine->run_until_idle().ok());
+  auto done = engine->take_finished();
+  ASSERT_EQ(done.size(), rows.size());
+  int exact = 0;
+  for (const auto& f : done) {
+    const bool same = f.output == want[static_cast<std::size_t>(f.id)];
+    exact += same;
+    EXPECT_TRUE(same) << "request " << f.id;
+  }
+  std::printf("greedy continuations equal to the reference: %d of %zu\n", exact, rows.size());
+}
+
+}  // namespace
+}  // namespace soartune::engine
