@@ -6,13 +6,13 @@
 #include <cstring>
 #include <functional>
 
+#include "core/kernel_variants.h"
 #include "kernels/activation.cuh"
 #include "kernels/attention_prefill.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/numeric_formats.h"
 #include "kernels/rope.cuh"
 #include "kernels/sampling.cuh"
-#include "kernels/synthetic.cuh"
 
 namespace soartune::engine::cuda {
 
@@ -227,17 +227,16 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   if (opt.max_sequences < 1 || opt.max_step_tokens < 1 || opt.max_output_rows < 1 || opt.max_context < 1)
     return Status::Invalid("plan: max_sequences, max_step_tokens, max_output_rows and max_context must be >= 1");
   if (opt.page_size < 1) return Status::Invalid("launch.kv_page_size: must be >= 1");
-  if (opt.gemv_variant != "auto") {
-    const auto& names = kn::gemv_variant_names();
-    if (std::find(names.begin(), names.end(), opt.gemv_variant) == names.end()) {
-      std::string allowed = "auto";
-      for (const auto& n : names) allowed += ", " + n;
-      return Status::Invalid("launch.gemv_variant: " + opt.gemv_variant + " is not one of " + allowed);
-    }
-  }
-  if (opt.prefill_attn_block != 32 && opt.prefill_attn_block != 64 && opt.prefill_attn_block != 128)
+  // The closed sets the kernels implement (core/kernel_variants.h).
+  if (opt.gemv_variant != core::kGemvAuto && core::gemv_variant_index(opt.gemv_variant) < 0)
+    return Status::Invalid("launch.gemv_variant: " + opt.gemv_variant + " is not one of " +
+                           core::gemv_variant_allowed());
+  if (!core::prefill_attn_block_allowed(opt.prefill_attn_block))
     return Status::Invalid("launch.prefill_attn_block: " + std::to_string(opt.prefill_attn_block) +
-                           " is not one of 32, 64, 128");
+                           " is not one of " + core::allowed_list(core::kPrefillAttnBlocks));
+  if (!core::decode_kv_splits_allowed(opt.decode_kv_splits))
+    return Status::Invalid("launch.decode_kv_splits: " + std::to_string(opt.decode_kv_splits) + " is not one of " +
+                           core::allowed_list(core::kDecodeKvSplits));
   const int T = opt.max_step_tokens, S = opt.max_sequences, R = opt.max_output_rows;
   block_stride_ = (opt.max_context + opt.page_size - 1) / opt.page_size;
 
