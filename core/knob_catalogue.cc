@@ -3,91 +3,197 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/kernel_variants.h"
+
 namespace soartune::core {
 
 namespace {
 
-KnobSpec enumerated(std::string name, KnobType type, std::vector<Value> values, Value def, std::string description,
-                    std::string sglang = "", std::string note = "") {
-  KnobSpec k;
-  k.name = std::move(name);
-  k.type = type;
-  k.values = std::move(values);
-  k.default_value = std::move(def);
-  k.description = std::move(description);
-  k.sglang = std::move(sglang);
-  k.sglang_note = std::move(note);
-  return k;
-}
+// Typed access to a LaunchConfig field, one instantiation per field.
+template <int LaunchConfig::*F>
+Value get_int(const LaunchConfig& c) { return int64_t{c.*F}; }
+template <int LaunchConfig::*F>
+void set_int(LaunchConfig& c, const Value& v) { c.*F = static_cast<int>(std::get<int64_t>(v)); }
+template <bool LaunchConfig::*F>
+Value get_bool(const LaunchConfig& c) { return c.*F; }
+template <bool LaunchConfig::*F>
+void set_bool(LaunchConfig& c, const Value& v) { c.*F = std::get<bool>(v); }
+template <std::string LaunchConfig::*F>
+Value get_string(const LaunchConfig& c) { return c.*F; }
+template <std::string LaunchConfig::*F>
+void set_string(LaunchConfig& c, const Value& v) { c.*F = std::get<std::string>(v); }
 
-KnobSpec range(std::string name, int64_t low, int64_t high, int64_t def, std::string description,
-               std::string sglang = "", std::string note = "") {
-  KnobSpec k;
-  k.name = std::move(name);
-  k.type = KnobType::kInt;
-  k.is_range = true;
-  k.low = low;
-  k.high = high;
-  k.default_value = def;
-  k.description = std::move(description);
-  k.sglang = std::move(sglang);
-  k.sglang_note = std::move(note);
-  return k;
+Value get_kv_dtype(const LaunchConfig& c) { return std::string(kv_cache_dtype_name(c.kv_cache_dtype)); }
+void set_kv_dtype(LaunchConfig& c, const Value& v) {
+  const std::string& s = std::get<std::string>(v);
+  for (KvCacheDtype d : {KvCacheDtype::kBF16, KvCacheDtype::kFP16, KvCacheDtype::kFP8E4M3, KvCacheDtype::kFP8E5M2})
+    if (s == kv_cache_dtype_name(d)) c.kv_cache_dtype = d;
 }
 
 std::vector<Value> ints(std::initializer_list<int64_t> v) { return {v.begin(), v.end()}; }
 
-std::vector<KnobSpec> build_catalogue() {
-  using S = std::string;
-  std::vector<KnobSpec> k;
-  k.push_back(enumerated("weight_bits", KnobType::kInt, ints({16, 8, 4}), int64_t{16},
-                         "bits of every linear weight except lm_head and the embeddings", "--quantization",
-                         "16 -> none; 8 -> w8a16; 4 -> a gptq-style 4-bit checkpoint"));
-  k.push_back(enumerated("weight_group_size", KnobType::kInt, ints({0, 32, 64, 128, 256}), int64_t{128},
-                         "quantisation group along the input dimension; 0 = one scale per output channel", "",
-                         "part of the quantised checkpoint"));
-  k.push_back(enumerated("attn_weight_bits", KnobType::kInt, ints({0, 16, 8, 4}), int64_t{0},
-                         "bits of the attention projections q/k/v/o; 0 = same as weight_bits"));
-  k.push_back(enumerated("edge_layers_bits", KnobType::kInt, ints({0, 16, 8, 4}), int64_t{0},
-                         "bits of the first and last decoder layers; 0 = same as weight_bits"));
-  k.push_back(enumerated("lm_head_bits", KnobType::kInt, ints({16, 8, 4}), int64_t{16},
-                         "bits of the lm_head (output projection), groups of weight_group_size; the embeddings "
-                         "stay 16-bit"));
-  k.push_back(enumerated("kv_cache_dtype", KnobType::kString, {S("bf16"), S("fp16"), S("fp8_e4m3"), S("fp8_e5m2")},
-                         S("bf16"), "KV-cache storage dtype", "--kv-cache-dtype",
-                         "bf16 / fp16 -> auto (the model dtype); fp8_e4m3, fp8_e5m2 as is"));
-  k.push_back(enumerated("kv_page_size", KnobType::kInt, ints({8, 16, 32, 64, 128}), int64_t{16},
-                         "tokens per KV-cache page", "--page-size"));
-  k.push_back(range("mem_fraction_pct", 50, 95, 85, "percent of device memory for weights and KV cache (GPU)",
-                    "--mem-fraction-static", "value / 100"));
-  k.push_back(range("max_running_requests", 1, 1024, 64, "most sequences decoding at once",
-                    "--max-running-requests"));
-  k.push_back(range("max_prefill_tokens", 16, 131072, 2048,
-                    "prefill token budget per step (chunked prefill size)",
-                    "--chunked-prefill-size, --max-prefill-tokens", "the same value for both flags"));
-  k.push_back(range("prefill_max_requests", 0, 1024, 0, "most requests starting prefill in one step; 0 = no limit",
-                    "--prefill-max-requests", "0 -> flag omitted"));
-  {
-    KnobSpec g = enumerated("gemv_variant", KnobType::kString, {S("auto")}, S("auto"),
-                            "decode GEMV tile config (names in kernels/README.md)");
-    g.open_names = true;
-    k.push_back(std::move(g));
-  }
-  k.push_back(enumerated("decode_kv_splits", KnobType::kInt, ints({0, 1, 2, 4, 8, 16, 32, 64, 128}), int64_t{0},
-                         "split-KV flash-decoding splits; 0 = chosen from the context length"));
-  k.push_back(enumerated("prefill_attn_block", KnobType::kInt, ints({32, 64, 128}), int64_t{128},
-                         "prefill attention tile (query rows per block)"));
-  k.push_back(enumerated("cuda_graphs", KnobType::kBool, {true, false}, true,
-                         "capture decode steps as CUDA graphs", "--disable-cuda-graph",
-                         "negated: false -> --disable-cuda-graph"));
-  k.push_back(range("cuda_graph_max_bs", 1, 512, 32, "largest captured decode batch", "--cuda-graph-max-bs"));
-  return k;
+ServingFlag flag(std::vector<std::string> flags, std::map<std::string, std::string> value_map = {}) {
+  ServingFlag f;
+  f.rule = ServingFlag::Rule::kValue;
+  f.flags = std::move(flags);
+  f.value_map = std::move(value_map);
+  return f;
+}
+ServingFlag unmapped(std::string why) {
+  ServingFlag f;
+  f.note = std::move(why);
+  return f;
+}
+ServingFlag checkpoint(std::string what) {
+  ServingFlag f;
+  f.rule = ServingFlag::Rule::kCheckpoint;
+  f.note = std::move(what);
+  return f;
 }
 
-bool is_kernel_name(const std::string& s) {
-  if (s.empty() || s.size() > 64) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_'; });
+const std::vector<Value>& weight_bit_values() {
+  static const std::vector<Value> kBits = ints({16, 8, 4});
+  return kBits;
+}
+// 0 = "not set: use the broader knob".
+std::vector<Value> optional_bits() {
+  std::vector<Value> v = {Value{int64_t{0}}};
+  v.insert(v.end(), weight_bit_values().begin(), weight_bit_values().end());
+  return v;
+}
+
+std::vector<KnobSpec> build_catalogue() {
+  using S = std::string;
+  std::vector<KnobSpec> cat;
+  auto knob = [&](S name, S short_name, KnobType type, Value def, S description, ServingFlag serving,
+                  Value (*get)(const LaunchConfig&), void (*set)(LaunchConfig&, const Value&)) -> KnobSpec& {
+    KnobSpec k;
+    k.name = std::move(name);
+    k.short_name = std::move(short_name);
+    k.type = type;
+    k.default_value = std::move(def);
+    k.description = std::move(description);
+    k.serving = std::move(serving);
+    k.get = get;
+    k.set = set;
+    cat.push_back(std::move(k));
+    return cat.back();
+  };
+  auto range = [](KnobSpec& k, int64_t low, int64_t high) {
+    k.is_range = true;
+    k.low = low;
+    k.high = high;
+  };
+
+  // Weights.
+  knob("weight_bits", "wbits", KnobType::kInt, int64_t{16},
+       "bits of every linear weight except lm_head and the embeddings",
+       checkpoint("bits of the quantised checkpoint's linears"), get_int<&LaunchConfig::weight_bits>,
+       set_int<&LaunchConfig::weight_bits>)
+      .values = weight_bit_values();
+  knob("weight_group_size", "group", KnobType::kInt, int64_t{128},
+       "quantisation group along the input dimension; 0 = one scale per output channel",
+       checkpoint("part of the quantised checkpoint"), get_int<&LaunchConfig::weight_group_size>,
+       set_int<&LaunchConfig::weight_group_size>)
+      .values = ints({0, 32, 64, 128, 256});
+  knob("attn_weight_bits", "attn_bits", KnobType::kInt, int64_t{0},
+       "bits of the attention projections q/k/v/o; 0 = same as weight_bits",
+       checkpoint("per-module bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')"),
+       get_int<&LaunchConfig::attn_weight_bits>, set_int<&LaunchConfig::attn_weight_bits>)
+      .values = optional_bits();
+  knob("edge_layers_bits", "edge_bits", KnobType::kInt, int64_t{0},
+       "bits of the first and last decoder layers; 0 = same as weight_bits",
+       checkpoint("per-layer bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')"),
+       get_int<&LaunchConfig::edge_layers_bits>, set_int<&LaunchConfig::edge_layers_bits>)
+      .values = optional_bits();
+  knob("lm_head_bits", "lm_bits", KnobType::kInt, int64_t{16},
+       "bits of the lm_head (output projection), groups of weight_group_size; the embeddings stay 16-bit",
+       checkpoint("a quantised lm_head belongs in the checkpoint (GPTQ 'lm_head: true')"),
+       get_int<&LaunchConfig::lm_head_bits>, set_int<&LaunchConfig::lm_head_bits>)
+      .values = weight_bit_values();
+
+  // KV cache.
+  {
+    ServingFlag f = flag({"--kv-cache-dtype"}, {{"bf16", "auto"}, {"fp16", "auto"}});
+    f.value_notes["fp16"] = "kv_cache_dtype=fp16 -> auto: SGLang stores the KV cache in the model dtype";
+    KnobSpec& k = knob("kv_cache_dtype", "kv", KnobType::kString, S("bf16"), "KV-cache storage dtype", f,
+                       get_kv_dtype, set_kv_dtype);
+    for (KvCacheDtype d : {KvCacheDtype::kBF16, KvCacheDtype::kFP16, KvCacheDtype::kFP8E4M3, KvCacheDtype::kFP8E5M2})
+      k.values.push_back(S(kv_cache_dtype_name(d)));
+  }
+  knob("kv_page_size", "page", KnobType::kInt, int64_t{16}, "tokens per KV-cache page", flag({"--page-size"}),
+       get_int<&LaunchConfig::kv_page_size>, set_int<&LaunchConfig::kv_page_size>)
+      .values = ints({8, 16, 32, 64, 128});
+  {
+    ServingFlag f;
+    f.rule = ServingFlag::Rule::kPercent;
+    f.flags = {"--mem-fraction-static"};
+    KnobSpec& k = knob("mem_fraction_pct", "mem%", KnobType::kInt, int64_t{85},
+                       "percent of device memory for weights and KV cache (GPU)", f,
+                       get_int<&LaunchConfig::mem_fraction_pct>, set_int<&LaunchConfig::mem_fraction_pct>);
+    range(k, 50, 95);
+    k.backend = KnobBackend::kCuda;
+  }
+
+  // Scheduler.
+  range(knob("max_running_requests", "max_run", KnobType::kInt, int64_t{64}, "most sequences decoding at once",
+             flag({"--max-running-requests"}), get_int<&LaunchConfig::max_running_requests>,
+             set_int<&LaunchConfig::max_running_requests>),
+        1, 1024);
+  range(knob("max_prefill_tokens", "prefill", KnobType::kInt, int64_t{2048},
+             "prefill token budget per step (chunked prefill size)",
+             flag({"--chunked-prefill-size", "--max-prefill-tokens"}), get_int<&LaunchConfig::max_prefill_tokens>,
+             set_int<&LaunchConfig::max_prefill_tokens>),
+        16, 131072);
+  range(knob("prefill_max_requests", "pf_reqs", KnobType::kInt, int64_t{0},
+             "most requests starting prefill in one step; 0 = no limit", flag({"--prefill-max-requests"}, {{"0", ""}}),
+             get_int<&LaunchConfig::prefill_max_requests>, set_int<&LaunchConfig::prefill_max_requests>),
+        0, 1024);
+
+  // Kernels (CUDA backend).
+  {
+    KnobSpec& k = knob("gemv_variant", "gemv", KnobType::kString, S("auto"),
+                       "decode GEMV tile config (names in kernels/README.md)",
+                       unmapped("soartune decode GEMV tile choice"), get_string<&LaunchConfig::gemv_variant>,
+                       set_string<&LaunchConfig::gemv_variant>);
+    k.values = {S("auto")};
+    for (const std::string& name : gemv_variant_names()) k.values.push_back(name);
+    k.backend = KnobBackend::kCuda;
+  }
+  {
+    KnobSpec& k = knob("decode_kv_splits", "kv_splits", KnobType::kInt, int64_t{0},
+                       "split-KV flash-decoding splits; 0 = chosen from the context length",
+                       unmapped("soartune split-KV decode attention"), get_int<&LaunchConfig::decode_kv_splits>,
+                       set_int<&LaunchConfig::decode_kv_splits>);
+    for (int splits : kDecodeKvSplits) k.values.push_back(int64_t{splits});
+    k.backend = KnobBackend::kCuda;
+  }
+  {
+    KnobSpec& k = knob("prefill_attn_block", "pf_block", KnobType::kInt, int64_t{128},
+                       "prefill attention tile (query rows per block)", unmapped("soartune prefill attention tile"),
+                       get_int<&LaunchConfig::prefill_attn_block>, set_int<&LaunchConfig::prefill_attn_block>);
+    for (int block : kPrefillAttnBlocks) k.values.push_back(int64_t{block});
+    k.backend = KnobBackend::kCuda;
+  }
+  {
+    ServingFlag f;
+    f.rule = ServingFlag::Rule::kDisableSwitch;
+    f.flags = {"--disable-cuda-graph"};
+    KnobSpec& k = knob("cuda_graphs", "graphs", KnobType::kBool, true, "capture decode steps as CUDA graphs", f,
+                       get_bool<&LaunchConfig::cuda_graphs>, set_bool<&LaunchConfig::cuda_graphs>);
+    k.values = {true, false};
+    k.backend = KnobBackend::kCuda;
+  }
+  {
+    ServingFlag f = flag({"--cuda-graph-max-bs"});
+    f.requires_true = "cuda_graphs";
+    f.note = "ignored: CUDA graphs are disabled";
+    KnobSpec& k = knob("cuda_graph_max_bs", "graph_bs", KnobType::kInt, int64_t{32}, "largest captured decode batch",
+                       f, get_int<&LaunchConfig::cuda_graph_max_bs>, set_int<&LaunchConfig::cuda_graph_max_bs>);
+    range(k, 1, 512);
+    k.backend = KnobBackend::kCuda;
+  }
+  return cat;
 }
 
 }  // namespace
@@ -102,12 +208,8 @@ bool KnobSpec::allows(const Value& v) const {
       if (is_range) return *i >= low && *i <= high;
       return std::find(values.begin(), values.end(), v) != values.end();
     }
-    case KnobType::kString: {
-      const std::string* s = std::get_if<std::string>(&v);
-      if (!s) return false;
-      if (std::find(values.begin(), values.end(), v) != values.end()) return true;
-      return open_names && is_kernel_name(*s);
-    }
+    case KnobType::kString:
+      return std::holds_alternative<std::string>(v) && std::find(values.begin(), values.end(), v) != values.end();
   }
   return false;
 }
@@ -116,7 +218,6 @@ std::string KnobSpec::allowed_text() const {
   if (is_range) return std::to_string(low) + ".." + std::to_string(high);
   std::string out;
   for (const Value& v : values) out += (out.empty() ? "" : ", ") + to_text(v);
-  if (open_names) out += ", or a kernel name of [a-z0-9_]";
   return out;
 }
 
@@ -137,6 +238,18 @@ std::string known_knob_names() {
   return out;
 }
 
+const std::vector<Value>& layer_override_bits() { return weight_bit_values(); }
+
+Status disallowed(const KnobSpec& knob, const std::string& value_text, const std::string& field) {
+  const std::string shown = value_text.empty() ? "(empty)" : value_text;
+  return Status::Invalid(field + ": " + shown + (knob.is_range ? " is not in " : " is not one of ") +
+                         knob.allowed_text());
+}
+
+Status unknown_knob(const std::string& field) {
+  return Status::Invalid(field + ": unknown knob; known knobs: " + known_knob_names());
+}
+
 Result<Value> knob_value_from_text(const KnobSpec& knob, const std::string& text, const std::string& field) {
   Value v;
   switch (knob.type) {
@@ -146,17 +259,14 @@ Result<Value> knob_value_from_text(const KnobSpec& knob, const std::string& text
       } else if (text == "false" || text == "False") {
         v = false;
       } else {
-        return Status::Invalid(field + ": " + text + " is not one of true, false");
+        return disallowed(knob, text, field);
       }
       break;
     case KnobType::kInt: {
       int64_t i = 0;
       const char* end = text.data() + text.size();
       auto [ptr, ec] = std::from_chars(text.data(), end, i);
-      if (text.empty() || ec != std::errc() || ptr != end) {
-        return Status::Invalid(field + ": " + (text.empty() ? "(empty)" : text) + " is not an integer; allowed: " +
-                               knob.allowed_text());
-      }
+      if (text.empty() || ec != std::errc() || ptr != end) return disallowed(knob, text, field);
       v = i;
       break;
     }
@@ -164,22 +274,15 @@ Result<Value> knob_value_from_text(const KnobSpec& knob, const std::string& text
       v = text;
       break;
   }
-  if (!knob.allows(v)) {
-    const std::string what = knob.is_range ? " is not in " : " is not one of ";
-    return Status::Invalid(field + ": " + to_text(v) + what + knob.allowed_text());
-  }
+  if (!knob.allows(v)) return disallowed(knob, text, field);
   return v;
 }
 
 Status validate_knob(const std::string& name, const Value& v, const std::string& field) {
   const KnobSpec* knob = find_knob(name);
-  if (!knob) return Status::Invalid(field + ": unknown knob; known knobs: " + known_knob_names());
+  if (!knob) return unknown_knob(field);
   if (knob->allows(v)) return Status::Ok();
-  // Read the value's text the knob's way, so "16" given to a string knob and "abc" given to an int knob get
-  // the same message as any other disallowed value.
-  Result<Value> r = knob_value_from_text(*knob, to_text(v), field);
-  if (!r.ok()) return r.status();
-  return Status::Invalid(field + ": " + to_text(v) + " has the wrong type; allowed: " + knob->allowed_text());
+  return disallowed(*knob, to_text(v), field);
 }
 
 Status validate_launch(const Config& c, const std::string& field) {
@@ -195,7 +298,7 @@ Result<Config> launch_config_from_text(const std::map<std::string, std::string>&
   for (const auto& [name, text] : m) {
     const std::string f = field + "." + name;
     const KnobSpec* knob = find_knob(name);
-    if (!knob) return Status::Invalid(f + ": unknown knob; known knobs: " + known_knob_names());
+    if (!knob) return unknown_knob(f);
     Result<Value> v = knob_value_from_text(*knob, text, f);
     if (!v.ok()) return v.status();
     c[name] = v.value();
@@ -208,12 +311,11 @@ Result<Config> launch_config_from_yaml(const YAML::Node& node, const std::string
   if (!node.IsMap()) return Status::Invalid(field + ": must be a mapping of knob name -> value");
   std::map<std::string, std::string> m;
   for (const auto& kv : node) {
-    const std::string name = kv.first.Scalar();
-    if (!kv.second.IsScalar()) {
-      const KnobSpec* knob = find_knob(name);
-      return Status::Invalid(field + "." + name + ": must be a single value" +
-                             (knob ? "; allowed: " + knob->allowed_text() : std::string()));
-    }
+    const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : std::string("(not a name)");
+    const KnobSpec* knob = find_knob(name);
+    if (!knob) return unknown_knob(field + "." + name);
+    if (!kv.second.IsScalar())
+      return Status::Invalid(field + "." + name + ": must be a single value; allowed: " + knob->allowed_text());
     m[name] = kv.second.Scalar();
   }
   return launch_config_from_text(m, field);

@@ -1,6 +1,8 @@
-// The launch-knob catalogue (docs/FORMATS.md section 1): every knob a trial can vary, its type, the values it
-// may take, its reference default and the equivalent SGLang server flag. The search space, the job spec's
-// `reference:` / `fixed:` and the exported launch configs are all checked against it.
+// The launch-knob catalogue: every knob a trial can vary, once. For each: its type, the values it may take, its
+// reference default, what it means, which backend honours it, the CLI's short column name, how its value reaches
+// the serving engine (SGLang) and where it lives in the typed LaunchConfig. The job spec, the search space, the
+// trial file, the worker, the store, the CLI and the exporter all read this table; none keeps a copy.
+// Adding a knob = one entry in knob_catalogue.cc + a LaunchConfig field + the code that uses it + its tests.
 #pragma once
 
 #include <cstdint>
@@ -12,29 +14,52 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/knob_value.h"
+#include "core/launch_config.h"
 #include "core/status.h"
 
 namespace soartune::core {
 
 enum class KnobType { kInt, kString, kBool };
 
+// Which backend's kernels a knob changes; the other backend accepts and records it and changes nothing.
+enum class KnobBackend { kAll, kCuda };
+
+// How a knob's value reaches the serving engine's command line.
+struct ServingFlag {
+  enum class Rule {
+    kNone,          // no counterpart: the export lists it as unmapped, with `note` as the reason
+    kCheckpoint,    // lives in the quantised checkpoint, not in a flag (the export lists it, with `note`)
+    kValue,         // each of `flags`, followed by the value (or its `value_map` entry; "" there omits the flag)
+    kPercent,       // each of `flags`, followed by value / 100 with two decimals
+    kDisableSwitch, // a bool: false -> the bare flag, true -> nothing
+  };
+  Rule rule = Rule::kNone;
+  std::vector<std::string> flags;
+  std::map<std::string, std::string> value_map;    // value text -> flag argument
+  std::map<std::string, std::string> value_notes;  // value text -> caveat told with the export
+  std::string note;                                // why unmapped / what the checkpoint must hold
+  std::string requires_true;                       // a bool knob that must be true for this flag to apply
+};
+
 struct KnobSpec {
   std::string name;
+  std::string short_name;                // CLI column header
   KnobType type = KnobType::kInt;
   // Allowed values. Enumerated knobs list them (in catalogue order); range knobs (ints) set `is_range` and
-  // allow every integer in [low, high]. `gemv_variant` is open: "auto" or any kernel name made of [a-z0-9_]
-  // (the engine checks the name against its dispatch table before a worker starts).
+  // allow every integer in [low, high].
   std::vector<Value> values;
   bool is_range = false;
   int64_t low = 0, high = 0;
-  bool open_names = false;
   Value default_value;
   std::string description;
-  std::string sglang;    // equivalent SGLang flag(s); empty where there is none
-  std::string sglang_note;   // how the value maps onto the flag ("value / 100", "negated", ...); may be empty
+  KnobBackend backend = KnobBackend::kAll;
+  ServingFlag serving;
+  // The typed field behind the knob.
+  Value (*get)(const LaunchConfig&) = nullptr;
+  void (*set)(LaunchConfig&, const Value&) = nullptr;   // only ever given a value `allows` accepted
 
   bool allows(const Value& v) const;
-  // "16, 8, 4", "50..95", "true, false" or "auto, or a kernel name of [a-z0-9_]".
+  // "16, 8, 4", "50..95" or "true, false".
   std::string allowed_text() const;
 };
 
@@ -45,10 +70,19 @@ const KnobSpec* find_knob(std::string_view name);
 // "weight_bits, weight_group_size, ...", for error messages.
 std::string known_knob_names();
 
+// The bits a `layer_overrides` entry may take (the weight_bits knob's values).
+const std::vector<Value>& layer_override_bits();
+
+// The one wording of a rejected value, whichever layer checks it:
+//   "<field>: <value> is not one of <allowed>" / "<field>: <value> is not in <low>..<high>".
+Status disallowed(const KnobSpec& knob, const std::string& value_text, const std::string& field);
+// "<field>: unknown knob; known knobs: ...".
+Status unknown_knob(const std::string& field);
+
 // Reads a value for `knob` from text (a YAML scalar): ints for int knobs, true/false for bool knobs, the text
-// itself for string knobs. Checks it against the catalogue. Error: "<field>: <text> is not one of <allowed>".
+// itself for string knobs, and checks it against the catalogue.
 Result<Value> knob_value_from_text(const KnobSpec& knob, const std::string& text, const std::string& field);
-// Checks that a value has the knob's type and is allowed. Unknown knob: "<field>: unknown knob; known knobs: ..."
+// Checks that a value has the knob's type and is allowed (the same message as knob_value_from_text).
 Status validate_knob(const std::string& name, const Value& v, const std::string& field);
 // Checks every entry of a launch config; fields are "<field>.<knob>".
 Status validate_launch(const Config& c, const std::string& field = "launch");

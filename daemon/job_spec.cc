@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/knob_catalogue.h"
+#include "core/launch_config.h"
 #include "search/strategy.h"
 
 namespace soartune::daemon {
@@ -106,20 +107,7 @@ Result<std::string> resolve_model(const YAML::Node& n) {
 
 // A launch-knob mapping (`reference:` / `fixed:`): knob -> scalar value, each checked against the catalogue.
 Result<Config> read_knobs(const YAML::Node& n, const std::string& field) {
-  Config c;
-  if (!n.IsDefined() || n.IsNull()) return c;
-  if (!n.IsMap()) return Status::Invalid(field + ": must be a mapping of knob -> value");
-  for (const auto& kv : n) {
-    const std::string name = kv.first.Scalar();
-    const std::string f = field + "." + name;
-    const core::KnobSpec* knob = core::find_knob(name);
-    if (!knob) return Status::Invalid(f + ": unknown knob; known knobs: " + core::known_knob_names());
-    if (!kv.second.IsScalar()) return Status::Invalid(f + ": must be a single value; allowed: " + knob->allowed_text());
-    Result<Value> v = core::knob_value_from_text(*knob, kv.second.Scalar(), f);
-    if (!v.ok()) return v.status();
-    c[name] = v.value();
-  }
-  return c;
+  return core::launch_config_from_yaml(n, field);
 }
 
 Status check_requests(const YAML::Node& requests, const std::string& field) {
@@ -211,17 +199,11 @@ Result<YAML::Node> resolve_accuracy(const YAML::Node& n) {
   return out;
 }
 
+// The keys and bits as the worker will read them (the one parser in core/launch_config); layer indices are
+// checked against the model where its layer count is known.
 Status check_layer_overrides(const YAML::Node& n) {
-  if (!n.IsMap()) return Status::Invalid("layer_overrides: must be a mapping of layer (\"3\", \"3.attn\", \"3.mlp\") -> bits");
-  static const std::regex kKey("[0-9]+(\\.(attn|mlp))?");
-  for (const auto& kv : n) {
-    const std::string key = kv.first.Scalar();
-    const std::string f = "layer_overrides." + key;
-    if (!std::regex_match(key, kKey)) return Status::Invalid(f + ": not a layer index, index.attn or index.mlp");
-    if (!kv.second.IsScalar() || (kv.second.Scalar() != "16" && kv.second.Scalar() != "8" && kv.second.Scalar() != "4"))
-      return Status::Invalid(f + ": bits must be one of 16, 8, 4");
-  }
-  return Status::Ok();
+  Result<LaunchConfig> c = LaunchConfig::parse(YAML::Node(), n);
+  return c.ok() ? Status::Ok() : c.status();
 }
 
 void emit_value(YAML::Emitter& e, const Value& v) {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/launch_config.h"
+#include "core/launch_config.h"
 #include "core/status.h"
 #include "core/worker_result.h"
 #include "engine/weights.h"

@@ -111,7 +111,7 @@ class CpuBackend final : public Backend {
     max_R_ = plan.max_output_rows;
     max_ctx_ = plan.max_context;
     num_pages_ = plan.kv_pages > 0 ? plan.kv_pages : plan.max_sequences * ((plan.max_context + page_size_ - 1) / page_size_);
-    const std::size_t kv_bytes = 2ull * c_.softmax_layers() * num_pages_ * page_size_ * c_.kv_dim() * kv_dtype_bytes(kv_dtype_);
+    const std::size_t kv_bytes = 2ull * c_.softmax_layers() * num_pages_ * page_size_ * c_.kv_dim() * kv_cache_dtype_bytes(kv_dtype_);
     const std::size_t state_bytes = 4ull * (c_.layers - c_.softmax_layers()) * plan.max_sequences * c_.lightning_state_elems();
     const std::size_t need = static_cast<std::size_t>(c_.parameter_count() + (c_.tie_embeddings ? int64_t(c_.vocab) * c_.hidden : 0)) * 4 +
                              kv_bytes + state_bytes;
@@ -167,7 +167,7 @@ class CpuBackend final : public Backend {
         for (float& x : l.wdown) x *= r;
       }
       if (l.kind == MixerKind::kSoftmax) {
-        const std::size_t page_bytes = static_cast<std::size_t>(c_.kv_heads) * page_size_ * c_.head_dim * kv_dtype_bytes(kv_dtype_);
+        const std::size_t page_bytes = static_cast<std::size_t>(c_.kv_heads) * page_size_ * c_.head_dim * kv_cache_dtype_bytes(kv_dtype_);
         l.k.assign(page_bytes * num_pages_, 0);
         l.v.assign(page_bytes * num_pages_, 0);
       } else {
@@ -400,23 +400,23 @@ class CpuBackend final : public Backend {
   void store(std::vector<uint8_t>& cache, std::size_t index, const float* src) const {
     const int hd = c_.head_dim;
     switch (kv_dtype_) {
-      case KvDtype::kBF16: {
+      case KvCacheDtype::kBF16: {
         auto* p = reinterpret_cast<uint16_t*>(cache.data()) + index;
         for (int i = 0; i < hd; ++i) p[i] = kernels::f32_to_bf16(src[i]);
         break;
       }
-      case KvDtype::kFP16: {
+      case KvCacheDtype::kFP16: {
         auto* p = reinterpret_cast<uint16_t*>(cache.data()) + index;
         for (int i = 0; i < hd; ++i) p[i] = kernels::f32_to_fp16(src[i]);
         break;
       }
-      case KvDtype::kFP8E4M3:
+      case KvCacheDtype::kFP8E4M3:
         for (int i = 0; i < hd; ++i) cache[index + i] = kernels::f32_to_fp8_e4m3(src[i]);
         break;
-      case KvDtype::kFP8E5M2:
+      case KvCacheDtype::kFP8E5M2:
         for (int i = 0; i < hd; ++i) cache[index + i] = kernels::f32_to_fp8_e5m2(src[i]);
         break;
-      case KvDtype::kFP32:
+      case KvCacheDtype::kFP32:
         std::memcpy(reinterpret_cast<float*>(cache.data()) + index, src, sizeof(float) * hd);
         break;
     }
@@ -425,23 +425,23 @@ class CpuBackend final : public Backend {
   void load(const std::vector<uint8_t>& cache, std::size_t index, float* dst) const {
     const int hd = c_.head_dim;
     switch (kv_dtype_) {
-      case KvDtype::kBF16: {
+      case KvCacheDtype::kBF16: {
         auto* p = reinterpret_cast<const uint16_t*>(cache.data()) + index;
         for (int i = 0; i < hd; ++i) dst[i] = kernels::bf16_to_f32(p[i]);
         break;
       }
-      case KvDtype::kFP16: {
+      case KvCacheDtype::kFP16: {
         auto* p = reinterpret_cast<const uint16_t*>(cache.data()) + index;
         for (int i = 0; i < hd; ++i) dst[i] = tables_.fp16[p[i]];
         break;
       }
-      case KvDtype::kFP8E4M3:
+      case KvCacheDtype::kFP8E4M3:
         for (int i = 0; i < hd; ++i) dst[i] = tables_.e4m3[cache[index + i]];
         break;
-      case KvDtype::kFP8E5M2:
+      case KvCacheDtype::kFP8E5M2:
         for (int i = 0; i < hd; ++i) dst[i] = tables_.e5m2[cache[index + i]];
         break;
-      case KvDtype::kFP32:
+      case KvCacheDtype::kFP32:
         std::memcpy(dst, reinterpret_cast<const float*>(cache.data()) + index, sizeof(float) * hd);
         break;
     }
@@ -519,7 +519,7 @@ class CpuBackend final : public Backend {
   int threads_;
   ThreadPool pool_;
   ModelConfig c_;
-  KvDtype kv_dtype_ = KvDtype::kBF16;
+  KvCacheDtype kv_dtype_ = KvCacheDtype::kBF16;
   int page_size_ = 16, max_T_ = 0, max_R_ = 0, max_ctx_ = 0, num_pages_ = 0;
   std::vector<Layer> layers_;
   std::vector<float> embed_, lm_head_, final_norm_;      // [vocab][d], [vocab][d], [d]

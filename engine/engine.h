@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/launch_config.h"
+#include "core/launch_config.h"
 #include "engine/scheduler.h"
 #include "core/status.h"
 #include "engine/weights.h"

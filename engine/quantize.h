@@ -5,7 +5,7 @@
 // lm_head takes lm_head_bits (16 by default; a tied lm_head is a copy, so the embeddings stay 16-bit).
 #pragma once
 
-#include "engine/launch_config.h"
+#include "core/launch_config.h"
 #include "core/status.h"
 #include "engine/weights.h"
 

@@ -9,8 +9,6 @@ namespace soartune::search {
 namespace {
 
 int64_t int_of(const Config& c, const std::string& k) { return std::get<int64_t>(c.at(k)); }
-const std::string& str_of(const Config& c, const std::string& k) { return std::get<std::string>(c.at(k)); }
-bool bool_of(const Config& c, const std::string& k) { return std::get<bool>(c.at(k)); }
 
 // Comment text on one line: no newlines can escape the comment.
 std::string one_line(const std::string& s) {
@@ -106,73 +104,78 @@ Result<SglangMapping> sglang_mapping(const Config& launch) {
   for (const auto& [k, v] : launch) c[k] = v;
 
   SglangMapping m;
-  auto add = [&](const std::string& flag, const std::string& value) {
-    m.args.push_back(flag);
-    if (!value.empty()) m.args.push_back(value);
-  };
-  auto unmapped = [&](const std::string& knob, const std::string& why) {
-    m.unmapped.push_back(knob + "=" + to_text(c.at(knob)) + ": " + why);
+  auto unmapped = [&](const core::KnobSpec& k, const std::string& why) {
+    m.unmapped.push_back(k.name + "=" + to_text(c.at(k.name)) + ": " + why);
   };
 
   // Weights. SGLang reads a quantised checkpoint's bits and group size from its config; the flag picks the
-  // kernel family. Our 8- and 4-bit weight-only formats correspond to GPTQ checkpoints run with Marlin.
+  // kernel family. Our 8- and 4-bit weight-only formats correspond to GPTQ checkpoints run with Marlin, so any
+  // checkpoint knob away from 16 bits asks for one.
   const int64_t bits = int_of(c, "weight_bits");
   const int64_t group = int_of(c, "weight_group_size");
-  const int64_t attn_bits = int_of(c, "attn_weight_bits");
-  const int64_t edge_bits = int_of(c, "edge_layers_bits");
   const int64_t lm_bits = int_of(c, "lm_head_bits");
-  const bool any_quantised = bits != 16 || (attn_bits != 0 && attn_bits != 16) || (edge_bits != 0 && edge_bits != 16) ||
-                             lm_bits != 16;
+  bool any_quantised = false;
+  for (const char* k : {"weight_bits", "attn_weight_bits", "edge_layers_bits", "lm_head_bits"}) {
+    const int64_t b = int_of(c, k);
+    any_quantised = any_quantised || (b != 0 && b != 16);
+  }
   if (any_quantised) {
-    add("--quantization", "gptq_marlin");
+    m.args.push_back("--quantization");
+    m.args.push_back("gptq_marlin");
     m.notes.push_back("--quantization gptq_marlin needs a GPTQ checkpoint with " + std::to_string(bits) +
                       "-bit linears (" + (lm_bits == 16 ? std::string("lm_head 16-bit") : "lm_head " + std::to_string(lm_bits) + "-bit") +
                       ", embeddings 16-bit), group size " +
                       (group == 0 ? std::string("per output channel (-1)") : std::to_string(group)) +
                       ", desc_act false");
   }
-  if (bits != 16 || group != 128) {
-    unmapped("weight_group_size", bits == 16 ? "unused with 16-bit weights" : "part of the quantised checkpoint");
+
+  // Every other knob as its catalogue entry says.
+  for (const core::KnobSpec& k : core::launch_knobs()) {
+    const core::ServingFlag& f = k.serving;
+    const Value& v = c.at(k.name);
+    const std::string text = to_text(v);
+    switch (f.rule) {
+      case core::ServingFlag::Rule::kNone:
+        unmapped(k, f.note);
+        break;
+      case core::ServingFlag::Rule::kCheckpoint:
+        // Listed where it departs from a plain 16-bit checkpoint.
+        if (k.name == "weight_group_size") {
+          if (bits != 16 || group != 128) unmapped(k, bits == 16 ? "unused with 16-bit weights" : f.note);
+        } else if (k.name != "weight_bits" && v != k.default_value) {
+          unmapped(k, f.note);
+        }
+        break;
+      case core::ServingFlag::Rule::kValue: {
+        if (!f.requires_true.empty() && !std::get<bool>(c.at(f.requires_true))) {
+          unmapped(k, f.note);
+          break;
+        }
+        auto mapped = f.value_map.find(text);
+        const std::string arg = mapped == f.value_map.end() ? text : mapped->second;
+        if (arg.empty()) break;   // the value the serving engine takes when the flag is absent
+        for (const std::string& flag : f.flags) {
+          m.args.push_back(flag);
+          m.args.push_back(arg);
+        }
+        break;
+      }
+      case core::ServingFlag::Rule::kPercent: {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(std::get<int64_t>(v)) / 100.0);
+        for (const std::string& flag : f.flags) {
+          m.args.push_back(flag);
+          m.args.push_back(buf);
+        }
+        break;
+      }
+      case core::ServingFlag::Rule::kDisableSwitch:
+        if (!std::get<bool>(v))
+          for (const std::string& flag : f.flags) m.args.push_back(flag);
+        break;
+    }
+    if (auto note = f.value_notes.find(text); note != f.value_notes.end()) m.notes.push_back(note->second);
   }
-  if (attn_bits != 0)
-    unmapped("attn_weight_bits", "per-module bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')");
-  if (edge_bits != 0)
-    unmapped("edge_layers_bits", "per-layer bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')");
-  if (lm_bits != 16)
-    unmapped("lm_head_bits", "a quantised lm_head belongs in the checkpoint (GPTQ 'lm_head: true')");
-
-  // KV cache.
-  const std::string& kv = str_of(c, "kv_cache_dtype");
-  add("--kv-cache-dtype", kv == "bf16" || kv == "fp16" ? "auto" : kv);
-  if (kv == "fp16") m.notes.push_back("kv_cache_dtype=fp16 -> auto: SGLang stores the KV cache in the model dtype");
-  add("--page-size", std::to_string(int_of(c, "kv_page_size")));
-  {
-    const int64_t pct = int_of(c, "mem_fraction_pct");
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(pct) / 100.0);
-    add("--mem-fraction-static", buf);
-  }
-
-  // Scheduling.
-  add("--max-running-requests", std::to_string(int_of(c, "max_running_requests")));
-  const std::string prefill = std::to_string(int_of(c, "max_prefill_tokens"));
-  add("--chunked-prefill-size", prefill);
-  add("--max-prefill-tokens", prefill);
-  if (const int64_t pmr = int_of(c, "prefill_max_requests"); pmr > 0)
-    add("--prefill-max-requests", std::to_string(pmr));
-
-  // CUDA graphs.
-  if (bool_of(c, "cuda_graphs")) {
-    add("--cuda-graph-max-bs", std::to_string(int_of(c, "cuda_graph_max_bs")));
-  } else {
-    add("--disable-cuda-graph", "");
-    unmapped("cuda_graph_max_bs", "ignored: CUDA graphs are disabled");
-  }
-
-  // Our engine's kernel knobs.
-  unmapped("gemv_variant", "soartune decode GEMV tile choice");
-  unmapped("decode_kv_splits", "soartune split-KV decode attention");
-  unmapped("prefill_attn_block", "soartune prefill attention tile");
   return m;
 }
 

@@ -8,6 +8,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/knob_catalogue.h"
+
 namespace soartune::cli {
 
 std::string fmt_duration(double s) {
@@ -200,19 +202,8 @@ std::vector<std::string> space_params(const std::string& spec_yaml) {
 }
 
 std::string knob_header(const std::string& knob) {
-  static const std::map<std::string, std::string> kShort = {
-      {"weight_bits", "wbits"},          {"weight_group_size", "group"},
-      {"attn_weight_bits", "attn_bits"}, {"edge_layers_bits", "edge_bits"},
-      {"lm_head_bits", "lm_bits"},
-      {"kv_cache_dtype", "kv"},          {"kv_page_size", "page"},
-      {"mem_fraction_pct", "mem%"},      {"max_running_requests", "max_run"},
-      {"max_prefill_tokens", "prefill"}, {"prefill_max_requests", "pf_reqs"},
-      {"gemv_variant", "gemv"},          {"decode_kv_splits", "kv_splits"},
-      {"prefill_attn_block", "pf_block"}, {"cuda_graphs", "graphs"},
-      {"cuda_graph_max_bs", "graph_bs"},
-  };
-  auto it = kShort.find(knob);
-  return it == kShort.end() ? knob : it->second;
+  const core::KnobSpec* k = core::find_knob(knob);
+  return k ? k->short_name : knob;
 }
 
 std::vector<double> gate_levels(const std::string& spec_yaml) {

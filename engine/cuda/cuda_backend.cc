@@ -7,12 +7,12 @@
 namespace soartune::engine {
 namespace {
 
-kernels::KvCacheDtype to_kernel_dtype(KvDtype d) {
+kernels::KvCacheDtype to_kernel_dtype(KvCacheDtype d) {
   switch (d) {
-    case KvDtype::kBF16: return kernels::KvCacheDtype::kBf16;
-    case KvDtype::kFP16: return kernels::KvCacheDtype::kFp16;
-    case KvDtype::kFP8E4M3: return kernels::KvCacheDtype::kFp8E4M3;
-    case KvDtype::kFP8E5M2: return kernels::KvCacheDtype::kFp8E5M2;
+    case KvCacheDtype::kBF16: return kernels::KvCacheDtype::kBf16;
+    case KvCacheDtype::kFP16: return kernels::KvCacheDtype::kFp16;
+    case KvCacheDtype::kFP8E4M3: return kernels::KvCacheDtype::kFp8E4M3;
+    case KvCacheDtype::kFP8E5M2: return kernels::KvCacheDtype::kFp8E5M2;
     default: return kernels::KvCacheDtype::kBf16;
   }
 }
@@ -25,9 +25,9 @@ class CudaBackend final : public Backend {
 
   Status prepare(const BackendPlan& plan) override {
     if (!plan.weights) return Status::Invalid("plan.weights: no model weights given");
-    const KvDtype kv = plan.launch.kv_cache_dtype;
-    if (kv != KvDtype::kBF16 && kv != KvDtype::kFP16 && kv != KvDtype::kFP8E4M3 && kv != KvDtype::kFP8E5M2)
-      return Status::Invalid(std::string("launch.kv_cache_dtype: ") + kv_dtype_name(kv) +
+    const KvCacheDtype kv = plan.launch.kv_cache_dtype;
+    if (kv != KvCacheDtype::kBF16 && kv != KvCacheDtype::kFP16 && kv != KvCacheDtype::kFP8E4M3 && kv != KvCacheDtype::kFP8E5M2)
+      return Status::Invalid(std::string("launch.kv_cache_dtype: ") + kv_cache_dtype_name(kv) +
                              " is not one of bf16, fp16, fp8_e4m3, fp8_e5m2 on the CUDA backend");
     Status s = model_->upload(*plan.weights);
     if (!s.ok()) return s;

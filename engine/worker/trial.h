@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/launch_config.h"
+#include "core/launch_config.h"
 #include "core/status.h"
 #include "engine/workload.h"
 

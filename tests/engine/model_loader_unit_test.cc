@@ -101,7 +101,7 @@ void write_checkpoint(const fs::path& dir, const std::vector<TensorToWrite>& ts,
 
 std::vector<int32_t> greedy(const ModelWeights& w, const std::vector<int32_t>& prompt, int n) {
   EngineOptions o;
-  o.launch.kv_cache_dtype = KvDtype::kFP32;
+  o.launch.kv_cache_dtype = KvCacheDtype::kFP32;
   o.launch.max_running_requests = 2;
   o.max_context = 64;
   auto e = Engine::create(make_cpu_backend(1), w, o);

@@ -98,14 +98,14 @@ TEST(Quantization, LmHeadBitsQuantiseOnlyTheLmHead) {
 TEST(Quantization, Fp8KvAgreesLessThan16BitKvButStaysClose) {
   SKIP_WITHOUT_TINY_MODEL();
   LaunchConfig exact;
-  exact.kv_cache_dtype = KvDtype::kFP32;
+  exact.kv_cache_dtype = KvCacheDtype::kFP32;
   const auto ref = top1(exact);
-  auto kv = [&](KvDtype d) {
+  auto kv = [&](KvCacheDtype d) {
     LaunchConfig l;
     l.kv_cache_dtype = d;
     return agreement_pct(ref, top1(l));
   };
-  const double bf16 = kv(KvDtype::kBF16), fp16 = kv(KvDtype::kFP16), e4m3 = kv(KvDtype::kFP8E4M3), e5m2 = kv(KvDtype::kFP8E5M2);
+  const double bf16 = kv(KvCacheDtype::kBF16), fp16 = kv(KvCacheDtype::kFP16), e4m3 = kv(KvCacheDtype::kFP8E4M3), e5m2 = kv(KvCacheDtype::kFP8E5M2);
   std::printf("top-1 agreement with an fp32 KV cache: bf16 %.2f%%, fp16 %.2f%%, fp8_e4m3 %.2f%%, fp8_e5m2 %.2f%%\n", bf16, fp16,
               e4m3, e5m2);
   EXPECT_GE(fp16, e4m3);

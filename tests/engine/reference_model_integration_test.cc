@@ -11,7 +11,7 @@ namespace {
 using testing::read_jsonl;
 using testing::tiny_model_dir;
 
-std::unique_ptr<Engine> make_engine(const ModelWeights& w, KvDtype kv, int max_running = 16, int prefill = 1024) {
+std::unique_ptr<Engine> make_engine(const ModelWeights& w, KvCacheDtype kv, int max_running = 16, int prefill = 1024) {
   EngineOptions o;
   o.launch.kv_cache_dtype = kv;
   o.launch.max_running_requests = max_running;
@@ -35,7 +35,7 @@ TEST(ReferenceModel, TeacherForcedTop1MatchesFp32Reference) {
   SKIP_WITHOUT_TINY_MODEL();
   const auto rows = read_jsonl(tiny_model_dir() + "/eval_public.jsonl");
   ASSERT_EQ(rows.size(), 64u);
-  auto engine = make_engine(tiny(), KvDtype::kFP32);
+  auto engine = make_engine(tiny(), KvCacheDtype::kFP32);
   std::vector<std::vector<int32_t>> want;
   for (const auto& r : rows) {
     ASSERT_TRUE(engine->add_teacher_forced(r["prompt_ids"].get<std::vector<int32_t>>(),
@@ -62,7 +62,7 @@ TEST(ReferenceModel, GreedyContinuationsMatchBatched) {
   const auto rows = read_jsonl(tiny_model_dir() + "/greedy_reference.jsonl");
   ASSERT_EQ(rows.size(), 32u);
   // 16 running at once out of 32 and a small chunk: sequences join and leave mid-flight, prompts split.
-  auto engine = make_engine(tiny(), KvDtype::kFP32, 16, 48);
+  auto engine = make_engine(tiny(), KvCacheDtype::kFP32, 16, 48);
   std::vector<std::vector<int32_t>> want;
   for (const auto& r : rows) {
     want.push_back(r["reference_greedy_fp32"].get<std::vector<int32_t>>());

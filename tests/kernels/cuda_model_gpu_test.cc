@@ -115,7 +115,7 @@ TEST(CudaModel, QuantisedWeightsAndFp8KvRunAndOrderByBits) {
   SKIP_WITHOUT_TINY_MODEL();
   LaunchConfig l8;
   l8.weight_bits = 8;
-  l8.kv_cache_dtype = KvDtype::kFP8E4M3;
+  l8.kv_cache_dtype = KvCacheDtype::kFP8E4M3;
   LaunchConfig l4;
   l4.weight_bits = 4;
   l4.weight_group_size = 128;

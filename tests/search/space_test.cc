@@ -86,7 +86,7 @@ TEST(SpaceTest, EveryValidationError) {
       {"weight_bits: {type: choice, values: []}", "space.weight_bits.values: empty; give at least one of 16, 8, 4"},
       {"weight_bits: {type: choice, values: [16, 16]}", "space.weight_bits.values[1]: 16 is repeated"},
       {"weight_bits: {type: choice, values: [[16]]}", "space.weight_bits.values[0]: must be a scalar; allowed: 16, 8, 4"},
-      {"weight_bits: {type: choice, values: [x]}", "space.weight_bits.values[0]: x is not an integer; allowed: 16, 8, 4"},
+      {"weight_bits: {type: choice, values: [x]}", "space.weight_bits.values[0]: x is not one of 16, 8, 4"},
       {"weight_bits: {type: choice, values: [16], low: 1}", "space.weight_bits.low: unknown key; allowed: type, values, when"},
       {"kv_cache_dtype: {type: choice, values: [fp9]}",
        "space.kv_cache_dtype.values[0]: fp9 is not one of bf16, fp16, fp8_e4m3, fp8_e5m2"},

@@ -1,8 +1,8 @@
-#include "engine/launch_config.h"
+#include "core/launch_config.h"
 
 #include <gtest/gtest.h>
 
-namespace soartune::engine {
+namespace soartune {
 namespace {
 
 Result<LaunchConfig> parse(const std::string& launch, const std::string& overrides = "") {
@@ -13,7 +13,7 @@ TEST(LaunchConfig, DefaultsAreTheReference) {
   auto c = parse("{}");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c.value().weight_bits, 16);
-  EXPECT_EQ(c.value().kv_cache_dtype, KvDtype::kBF16);
+  EXPECT_EQ(c.value().kv_cache_dtype, KvCacheDtype::kBF16);
   EXPECT_EQ(c.value().kv_page_size, 16);
   EXPECT_EQ(c.value().max_running_requests, 64);
   EXPECT_EQ(c.value().max_prefill_tokens, 2048);
@@ -23,14 +23,14 @@ TEST(LaunchConfig, DefaultsAreTheReference) {
 TEST(LaunchConfig, ParsesEveryKnob) {
   auto c = parse("{weight_bits: 4, weight_group_size: 32, attn_weight_bits: 8, edge_layers_bits: 16, lm_head_bits: 8, kv_cache_dtype: fp8_e5m2,"
                  " kv_page_size: 64, mem_fraction_pct: 90, max_running_requests: 8, max_prefill_tokens: 256,"
-                 " prefill_max_requests: 2, gemv_variant: w4_t128, decode_kv_splits: 4, prefill_attn_block: 128,"
+                 " prefill_max_requests: 2, gemv_variant: m1w8u2, decode_kv_splits: 4, prefill_attn_block: 128,"
                  " cuda_graphs: false, cuda_graph_max_bs: 16}");
   ASSERT_TRUE(c.ok()) << c.status().message;
   const LaunchConfig& l = c.value();
   EXPECT_EQ(l.weight_group_size, 32);
   EXPECT_EQ(l.lm_head_bits, 8);
-  EXPECT_EQ(l.kv_cache_dtype, KvDtype::kFP8E5M2);
-  EXPECT_EQ(l.gemv_variant, "w4_t128");
+  EXPECT_EQ(l.kv_cache_dtype, KvCacheDtype::kFP8E5M2);
+  EXPECT_EQ(l.gemv_variant, "m1w8u2");
   EXPECT_FALSE(l.cuda_graphs);
   EXPECT_EQ(l.cuda_graph_max_bs, 16);
   auto again = LaunchConfig::parse(l.to_yaml(), YAML::Node());
@@ -48,7 +48,7 @@ TEST(LaunchConfig, ErrorsNameTheFieldAndTheAllowedValues) {
   c = parse("{lm_head_bits: 2}");
   EXPECT_EQ(c.status().message, "launch.lm_head_bits: 2 is not one of 16, 8, 4");
   c = parse("{max_running_requests: 0}");
-  EXPECT_EQ(c.status().message, "launch.max_running_requests: 0 is not an integer in 1..1024");
+  EXPECT_EQ(c.status().message, "launch.max_running_requests: 0 is not in 1..1024");
   c = parse("{cuda_graphs: maybe}");
   EXPECT_EQ(c.status().message, "launch.cuda_graphs: maybe is not one of true, false");
   c = parse("{warp_speed: 9}");
@@ -75,4 +75,4 @@ TEST(LaunchConfig, BitsPrecedence) {
 }
 
 }  // namespace
-}  // namespace soartune::engine
+}  // namespace soartune
