@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/model_loader.h"
+#include "engine/quantize.h"
 
 namespace soartune::engine {
 namespace {
@@ -163,6 +164,20 @@ TEST(SalaConfig, SyntheticHybridDecodesAsItPrefills) {
   ASSERT_TRUE(tf.value()->add_teacher_forced(prompt, out).ok());
   ASSERT_TRUE(tf.value()->run_until_idle().ok());
   EXPECT_EQ(tf.value()->take_finished().at(0).output, out);
+  // Quantisation treats the output gates (o_gate, z_proj) as attention projections; the norms stay fp32.
+  ModelWeights q = w.value();
+  LaunchConfig launch;
+  launch.weight_bits = 8;
+  launch.attn_weight_bits = 4;
+  launch.weight_group_size = 64;
+  ASSERT_TRUE(quantize_model(q, launch).ok());
+  for (int i : {0, 1}) {
+    EXPECT_EQ(q.layers[static_cast<std::size_t>(i)].w_out_gate.bits, 4) << i;
+    EXPECT_EQ(q.layers[static_cast<std::size_t>(i)].wq.bits, 4) << i;
+    EXPECT_EQ(q.layers[static_cast<std::size_t>(i)].w_up.bits, 8) << i;
+  }
+  EXPECT_EQ(q.layers[1].q_norm, w.value().layers[1].q_norm);
+  EXPECT_LT(q.storage_bytes(), w.value().storage_bytes());
 }
 
 }  // namespace
