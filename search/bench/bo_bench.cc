@@ -245,7 +245,7 @@ Observation measure(const Landscape& L, const Config& c, std::mt19937_64& rng) {
   const Truth t = L.truth(c);
   if (t.failed) {
     o.outcome = Outcome::kFailed;
-    o.failure = "out of memory";
+    o.failure = FailureKind::kOutOfMemory;
     return o;
   }
   std::normal_distribution<double> n(0, 1);
