@@ -239,7 +239,8 @@ class CpuBackend final : public Backend {
       const StepSequence& s = step.seqs[static_cast<std::size_t>(si)];
       if (s.start_pos + s.num_tokens > max_ctx_)
         return Status::Internal("cpu backend: position beyond the prepared context " + std::to_string(max_ctx_));
-      if (s.slot < 0 || s.slot >= max_slots_) return Status::Internal("cpu backend: sequence slot " + std::to_string(s.slot) + " out of range");
+      if (!state_.empty() && (s.slot < 0 || s.slot >= max_slots_))   // the slot indexes the lightning states
+        return Status::Internal("cpu backend: sequence slot " + std::to_string(s.slot) + " out of range");
       for (int t = s.first_token; t < s.first_token + s.num_tokens; ++t) token_seq_[static_cast<std::size_t>(t)] = si;
     }
     for (int t = 0; t < T; ++t) {
