@@ -8,12 +8,10 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/grpc_status.h"
+#include "daemon/submission_planning.h"
 #include "daemon/trial_result.h"
 #include "search/budget_day.h"
-#include "search/calibration.h"
 #include "search/launch_export.h"
-#include "search/planner.h"
-#include "search/prediction.h"
 
 namespace soartune::daemon {
 
@@ -88,16 +86,6 @@ double tier_duration(const TrialRecord& t, const std::string& tier) {
   for (const TierRecord& r : t.tiers)
     if (r.tier == tier) return r.duration_s;
   return std::numeric_limits<double>::infinity();
-}
-
-search::SubmissionBudget budget_for(JobManager& jobs, const std::string& job_id) {
-  if (!job_id.empty()) {
-    if (auto spec = jobs.spec_of(job_id); spec.ok() && spec.value()->submissions) return *spec.value()->submissions;
-  }
-  const DaemonConfig& c = jobs.config();
-  Result<search::SubmissionBudget> b = search::SubmissionBudget::make(c.submissions_timezone, c.submissions_per_day);
-  if (b.ok()) return b.value();
-  return search::SubmissionBudget::make().value();
 }
 
 void to_proto(const SubmissionRecord& s, pb::Submission* out) {
@@ -390,77 +378,16 @@ grpc::Status TunerService::PlanSubmissions(grpc::ServerContext*, const pb::PlanS
   if (req->k() < 0) return to_grpc(Status::Invalid("k: must be >= 0 (0: all that remain today)"));
   if (!std::isfinite(req->accuracy_sigma()) || req->accuracy_sigma() < 0)
     return to_grpc(Status::Invalid("accuracy_sigma: must be >= 0 (0: the default or the learned value)"));
-  Result<JobManager::SearchState> st = jobs_.search_state(req->job_id());
-  if (!st.ok()) return to_grpc(st.status());
-  search::SubmissionBudget budget = budget_for(jobs_, req->job_id());
-  const int64_t now = now_ms();
-  const std::string day = budget.budget_day(now);
-  std::vector<SubmissionRecord> subs = jobs_.with_store([&](Store& s) { return s.list_submissions(req->job_id()); });
-  int used = jobs_.with_store([&](Store& s) { return s.count_submissions_on_day(day); });
-  search::BudgetDay today = budget.day(now, used);
-  out->set_remaining_today(today.remaining);
-  out->set_budget_day(today.day);
-  out->set_resets_at(today.resets_at);
-  if (today.remaining == 0)
-    return to_grpc(Status::Exhausted("no official submissions left on " + today.day + " (" +
-                                     std::to_string(today.per_day) + " a day); the budget resets at " + today.resets_at));
-  if (req->k() > today.remaining)
-    return to_grpc(Status::Invalid("k: " + std::to_string(req->k()) + " is more than the " +
-                                   std::to_string(today.remaining) + " submission(s) left today"));
-  const int k = req->k() == 0 ? today.remaining : req->k();
-
-  const JobManager::SearchState& state = st.value();
-  std::vector<soartune::Config> configs;
-  std::vector<const TrialRecord*> complete;
-  std::vector<search::TrialMetrics> observed;
-  for (size_t i = 0; i < state.trials.size(); ++i) {
-    if (state.trials[i].status != TrialStatus::kComplete) continue;
-    complete.push_back(&state.trials[i]);
-    configs.push_back(state.history[i].config);
-    observed.push_back(metrics_of(state.trials[i]));
-  }
-  if (complete.empty())
-    return to_grpc(Status::Precondition("job_id: job " + req->job_id() + " has no COMPLETE trial to plan with"));
-  std::vector<search::Prediction> preds = search::predict(state.problem, state.history, configs);
-  std::vector<search::PlanCandidate> candidates;
-  for (size_t i = 0; i < preds.size() && i < complete.size(); ++i)
-    candidates.push_back({complete[i]->number, preds[i]});
-
-  // Calibration from this job's recorded official results.
-  std::vector<search::CalibrationSample> samples;
-  double best_today = 0;
-  for (const SubmissionRecord& s : subs) {
-    if (s.budget_day == today.day) best_today = std::max(best_today, s.result.final_score);
-    const TrialRecord* t = nullptr;
-    for (const TrialRecord* c : complete)
-      if (c->number == s.trial) t = c;
-    if (!t) continue;
-    search::CalibrationSample cs;
-    search::TrialMetrics m = metrics_of(*t);
-    cs.local_duration_s = m.duration_s;
-    cs.local_accuracy_pct = m.relative_accuracy_pct;
-    cs.official_tier_score = {s.result.s1, s.result.s8, s.result.sinf};
-    cs.official_accuracy_pct = s.result.relative_accuracy;
-    cs.official_failed = s.result.s1 <= 0 && s.result.s8 <= 0 && s.result.sinf <= 0 && s.result.final_score <= 0;
-    samples.push_back(cs);
-  }
-  Result<search::Calibration> cal = search::fit_calibration(samples);
-  if (!cal.ok()) return to_grpc(cal.status());
-  auto reference_s = search::reference_durations(state.problem.scoring, observed);
-  search::PlanOptions options;
-  options.seed = state.problem.seed;
-  options.best_today = best_today;
-  Result<search::Plan> plan = search::plan(k, candidates, state.problem.scoring, reference_s, req->accuracy_sigma(),
-                                           cal.value(), options);
+  Result<SubmissionPlan> plan = plan_submissions(jobs_, req->job_id(), req->k(), req->accuracy_sigma(), now_ms());
   if (!plan.ok()) return to_grpc(plan.status());
-  for (const search::PlanPick& p : plan.value().picks) {
+  out->set_remaining_today(plan.value().today.remaining);
+  out->set_budget_day(plan.value().today.day);
+  out->set_resets_at(plan.value().today.resets_at);
+  for (const search::PlanPick& p : plan.value().plan.picks) {
     pb::PlanPick* pick = out->add_picks();
     pick->set_trial(p.trial);
-    const TrialRecord* t = nullptr;
-    for (const TrialRecord* c : complete)
-      if (c->number == p.trial) t = c;
-    if (t)
-      for (const auto& [kk, v] : t->params) (*pick->mutable_params())[kk] = v;
+    if (auto it = plan.value().params.find(p.trial); it != plan.value().params.end())
+      for (const auto& [kk, v] : it->second) (*pick->mutable_params())[kk] = v;
     pick->set_predicted_score(p.predicted_score);
     pick->set_score_lo(p.score_lo);
     pick->set_score_hi(p.score_hi);
@@ -469,8 +396,8 @@ grpc::Status TunerService::PlanSubmissions(grpc::ServerContext*, const pb::PlanS
     pick->set_role(p.role);
     pick->set_explanation(p.explanation);
   }
-  out->set_expected_best_score(plan.value().expected_best_score);
-  out->set_calibration(plan.value().calibration);
+  out->set_expected_best_score(plan.value().plan.expected_best_score);
+  out->set_calibration(plan.value().plan.calibration);
   return grpc::Status::OK;
 }
 
@@ -497,7 +424,7 @@ grpc::Status TunerService::RecordSubmission(grpc::ServerContext*, const pb::Reco
   if (t.value().status != TrialStatus::kComplete)
     return to_grpc(Status::Precondition("trial: trial " + std::to_string(req->trial()) + " is " +
                                         to_string(t.value().status) + "; only COMPLETE trials are submitted"));
-  search::SubmissionBudget budget = budget_for(jobs_, req->job_id());
+  search::SubmissionBudget budget = submission_budget(jobs_, req->job_id());
   const int64_t when = req->submitted_unix_ms() == 0 ? now_ms() : req->submitted_unix_ms();
   SubmissionRecord rec;
   rec.job_id = req->job_id();
@@ -510,8 +437,7 @@ grpc::Status TunerService::RecordSubmission(grpc::ServerContext*, const pb::Reco
     const search::ScoringSpec& sc = spec.value()->scoring;
     if (rec.result.c == 0) rec.result.c = sc.gate_multiplier(rec.result.relative_accuracy);
     if (rec.result.final_score == 0)
-      rec.result.final_score =
-          (rec.result.s1 * sc.weights[0] + rec.result.s8 * sc.weights[1] + rec.result.sinf * sc.weights[2]) * rec.result.c;
+      rec.result.final_score = search::final_score(sc, {rec.result.s1, rec.result.s8, rec.result.sinf}, rec.result.c);
   }
   rec.note = req->note();
   std::lock_guard<std::mutex> l(submissions_mu_);
@@ -531,7 +457,7 @@ grpc::Status TunerService::ListSubmissions(grpc::ServerContext*, const pb::ListS
   }
   std::vector<SubmissionRecord> subs = jobs_.with_store([&](Store& s) { return s.list_submissions(req->job_id()); });
   for (const SubmissionRecord& s : subs) to_proto(s, out->add_submissions());
-  search::SubmissionBudget budget = budget_for(jobs_, req->job_id());
+  search::SubmissionBudget budget = submission_budget(jobs_, req->job_id());
   const int64_t now = now_ms();
   std::string day = budget.budget_day(now);
   int used = jobs_.with_store([&](Store& s) { return s.count_submissions_on_day(day); });

@@ -164,11 +164,17 @@ Score score(const ScoringSpec& spec, const TrialMetrics& m, const std::array<dou
     const double d = m.duration_s[t], ref = reference_s[t];
     // A tier without a valid measurement or reference scores 0 rather than poisoning the sum with NaN.
     s.tier_score[t] = (std::isfinite(d) && d > 0 && std::isfinite(ref) && ref > 0) ? 100.0 * ref / d : 0.0;
-    s.speed += spec.weights[t] * s.tier_score[t];
   }
+  s.speed = final_score(spec, s.tier_score, 1.0);
   s.gate = spec.gate_multiplier(m.relative_accuracy_pct);
-  s.final_score = s.speed * s.gate;
+  s.final_score = final_score(spec, s.tier_score, s.gate);
   return s;
+}
+
+double final_score(const ScoringSpec& spec, const std::array<double, kTiers>& tier_score, double gate) {
+  double speed = 0;
+  for (int t = 0; t < kTiers; ++t) speed += spec.weights[t] * tier_score[t];
+  return speed * gate;
 }
 
 }  // namespace soartune::search

@@ -52,5 +52,8 @@ struct Score {
 // Per-tier reference durations: the user's targets where given, else the best (smallest) among `observed`.
 std::array<double, kTiers> reference_durations(const ScoringSpec& spec, const std::vector<TrialMetrics>& observed);
 Score score(const ScoringSpec& spec, const TrialMetrics& m, const std::array<double, kTiers>& reference_s);
+// The formula itself, on tier scores and a multiplier already known (an official result): the weighted sum of
+// S1, S8, Sinf times C. score() uses it; so does everything else that needs a final score.
+double final_score(const ScoringSpec& spec, const std::array<double, kTiers>& tier_score, double gate);
 
 }  // namespace soartune::search

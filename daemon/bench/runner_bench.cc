@@ -2,6 +2,8 @@
 // 300) runs against a real SQLite store with a stand-in worker (a shell script that prints one canned result
 // and exits), one trial at a time, and a watcher subscribed from the start. Reported:
 //   - spawn: the mean wall time of the stand-in worker run alone (run_process, no runner), the floor;
+//   - wall per trial: the job's wall time / N (the floor included: the figure to compare across builds when
+//     the floor is noisy);
 //   - runner overhead per completed trial: (the job's wall time - N * spawn) / N, for the whole job and for
 //     the last quarter (where a runner that rescans the job pays most);
 //   - watch latency: from the moment a trial is recorded finished (its finished_ms) to the moment the
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
   ::chmod(worker.c_str(), 0755);
 
   // The floor: the stand-in worker alone.
-  const int spawn_runs = 50;
+  const int spawn_runs = 200;
   const auto s0 = std::chrono::steady_clock::now();
   for (int i = 0; i < spawn_runs; ++i) {
     ProcessSpec ps;
@@ -129,9 +131,9 @@ int main(int argc, char** argv) {
   double tail_overhead_ms = 0;
   if (q > 1) tail_overhead_ms = (seconds(finished_at[n - 1] - finished_at[n - 1 - q]) / q - spawn_s) * 1000;
   auto v = jobs.get_job(job.value().job.id);
-  std::printf("trials=%d state=%s spawn_ms=%.2f wall_s=%.2f overhead_per_trial_ms=%.2f "
+  std::printf("trials=%d state=%s spawn_ms=%.2f wall_s=%.2f wall_per_trial_ms=%.2f overhead_per_trial_ms=%.2f "
               "overhead_last_quarter_ms=%.2f watch_latency_ms_p50=%.1f p99=%.1f max=%.1f\n",
-              n, v.ok() ? to_string(v.value().job.state) : "?", spawn_s * 1000, wall_s,
+              n, v.ok() ? to_string(v.value().job.state) : "?", spawn_s * 1000, wall_s, wall_s / std::max(1, n) * 1000,
               (wall_s / std::max(1, n) - spawn_s) * 1000, tail_overhead_ms, quantile(latency_ms, 0.5),
               quantile(latency_ms, 0.99), quantile(latency_ms, 1.0));
   jobs.shutdown();

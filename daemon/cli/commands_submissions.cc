@@ -95,7 +95,7 @@ int run_plan(Client& client, const PlanOptions& o) {
   } else {
     v1::Job job;
     const bool have_job = fetch_job(client, o.job, &job).ok();
-    const std::vector<double> levels = gate_levels(have_job ? job.spec_yaml() : "");
+    const std::vector<double> levels = gate_levels(have_job ? &job : nullptr);
     size_t n_gates = 0;
     for (const auto& p : resp.picks()) n_gates = std::max(n_gates, static_cast<size_t>(p.p_gate_size()));
     const std::vector<std::string> labels = gate_labels(levels, n_gates);
@@ -171,19 +171,10 @@ int run_record(Client& client, const RecordOptions& o) {
   r->set_s8(o.s8);
   r->set_sinf(o.sinf);
   r->set_relative_accuracy(o.accuracy);
-  // Without --c / --final, derive them from the official S values and accuracy with the job's scoring spec
-  // (the race formula), so the stored result is complete.
-  double c = o.c, final_score = o.final_score;
-  if (!o.c_given || !o.final_given) {
-    v1::Job job;
-    grpc::Status g = fetch_job(client, o.job, &job);
-    if (!g.ok()) return report(g, client);
-    const SpecScoring scoring = spec_scoring(job.spec_yaml());
-    if (!o.c_given) c = scoring.gate_multiplier(o.accuracy);
-    if (!o.final_given) final_score = scoring.final_score(o.s1, o.s8, o.sinf, c);
-  }
-  r->set_c(c);
-  r->set_final_score(final_score);
+  // Without --c / --final they are sent as 0: the daemon computes them from the official S values and accuracy
+  // with the job's scoring, so the stored result is complete.
+  r->set_c(o.c_given ? o.c : 0);
+  r->set_final_score(o.final_given ? o.final_score : 0);
   if (!o.at.empty()) {
     auto ms = parse_time(o.at);
     if (!ms) {

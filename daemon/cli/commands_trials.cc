@@ -143,10 +143,11 @@ struct ShowOptions {
 };
 
 void print_trial(const v1::Trial& t, const v1::Job* job) {
-  const std::vector<double> levels = gate_levels(job ? job->spec_yaml() : "");
+  const std::vector<double> levels = gate_levels(job);
   auto key = [](const std::string& k) { return "  " + k + std::string(k.size() < 14 ? 14 - k.size() : 1, ' '); };
 
-  std::cout << "trial " << t.number() << " of job " << t.job_id() << ": " << status_name(t.status()) << "\n";
+  std::cout << "trial " << t.number() << " of job " << t.job_id() << ": " << status_name(t.status())
+            << (t.is_reference() ? " (the reference config)" : "") << "\n";
   if (t.status() == v1::TRIAL_COMPLETE) {
     std::cout << key("score") << fmt_score(t.score()) << "  (C = " << fmt_gate(t.gate()) << ")\n";
     std::cout << key("accuracy") << fmt_accuracy(t.relative_accuracy())
@@ -158,6 +159,12 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
     for (std::string line; std::getline(lines, line); first = false) {
       std::cout << (first ? key("error") : std::string(16, ' ')) << line << "\n";
     }
+  }
+  if (t.failure_kind() != v1::FAILURE_KIND_UNSPECIFIED) {
+    std::cout << key("failure") << failure_name(t.failure_kind());
+    if (t.failure_kind() == v1::FAILURE_CRASH || t.failure_kind() == v1::FAILURE_EXIT_CODE)
+      std::cout << " (" << (t.failure_kind() == v1::FAILURE_CRASH ? "signal " : "exit status ") << t.failure_code() << ")";
+    std::cout << "\n";
   }
 
   std::cout << "params\n";
@@ -184,6 +191,21 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
                      ms3(m.tpot_p50_ms(), m.tpot_p90_ms(), m.tpot_p99_ms()), fmt_duration(m.output_tokens_per_s())});
     }
     table.print(std::cout);
+  }
+
+  if (t.plans_size() > 0) {
+    std::cout << "kernel plans\n";
+    Table table;
+    table.add_column("  op");
+    table.add_column("shape");
+    table.add_column("choice");
+    for (const auto& p : t.plans()) table.add_row({"  " + p.op(), p.shape(), params_brief(p.choice())});
+    table.print(std::cout);
+  }
+  if (t.env_size() > 0) {
+    std::cout << "environment\n";
+    std::map<std::string, std::string> env(t.env().begin(), t.env().end());
+    for (const auto& [k, v] : env) std::cout << "  " << k << "=" << v << "\n";
   }
 
   if (t.has_suggestion()) {

@@ -107,6 +107,13 @@ std::string status_name(v1::TrialStatus s) {
   return strip_prefix(v1::TrialStatus_Name(s), "TRIAL_");
 }
 
+std::string failure_name(v1::FailureKind k) {
+  if (k == v1::FAILURE_KIND_UNSPECIFIED) return "";
+  std::string name = strip_prefix(v1::FailureKind_Name(k), "FAILURE_");
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
 bool is_terminal(v1::JobState s) {
   return s == v1::JOB_SUCCEEDED || s == v1::JOB_FAILED || s == v1::JOB_CANCELLED;
 }
@@ -206,53 +213,9 @@ std::string knob_header(const std::string& knob) {
   return k ? k->short_name : knob;
 }
 
-std::vector<double> gate_levels(const std::string& spec_yaml) {
-  const std::vector<double> race = {1.0, 0.96, 0.92, 0.0};
-  try {
-    YAML::Node spec = YAML::Load(spec_yaml);
-    if (!spec.IsMap() || !spec["scoring"] || !spec["scoring"]["gate"]) return race;
-    YAML::Node gate = spec["scoring"]["gate"];
-    if (!gate.IsSequence() || gate.size() == 0) return race;
-    std::vector<std::pair<double, double>> tiers;   // (above, c)
-    for (const auto& tier : gate) tiers.emplace_back(tier["above"].as<double>(), tier["c"].as<double>());
-    std::sort(tiers.begin(), tiers.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<double> levels;
-    for (const auto& [above, c] : tiers) levels.push_back(c);
-    levels.push_back(0.0);
-    return levels;
-  } catch (const std::exception&) {
-    return race;
-  }
-}
-
-double SpecScoring::gate_multiplier(double pct) const {
-  for (const auto& [above, c] : gate) {
-    if (pct > above) return c;
-  }
-  return 0.0;
-}
-
-SpecScoring spec_scoring(const std::string& spec_yaml) {
-  SpecScoring out;
-  try {
-    YAML::Node spec = YAML::Load(spec_yaml);
-    if (!spec.IsMap() || !spec["scoring"] || !spec["scoring"].IsMap()) return out;
-    YAML::Node sc = spec["scoring"];
-    if (sc["weights"] && sc["weights"].IsMap()) {
-      if (sc["weights"]["c1"]) out.w1 = sc["weights"]["c1"].as<double>();
-      if (sc["weights"]["c8"]) out.w8 = sc["weights"]["c8"].as<double>();
-      if (sc["weights"]["cinf"]) out.winf = sc["weights"]["cinf"].as<double>();
-    }
-    if (sc["gate"] && sc["gate"].IsSequence() && sc["gate"].size() > 0) {
-      std::vector<std::pair<double, double>> tiers;
-      for (const auto& tier : sc["gate"]) tiers.emplace_back(tier["above"].as<double>(), tier["c"].as<double>());
-      std::sort(tiers.begin(), tiers.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-      out.gate = std::move(tiers);
-    }
-  } catch (const std::exception&) {
-    return SpecScoring{};
-  }
-  return out;
+std::vector<double> gate_levels(const v1::Job* job) {
+  if (!job) return {};
+  return {job->gate_levels().begin(), job->gate_levels().end()};
 }
 
 std::vector<std::string> gate_labels(const std::vector<double>& levels, size_t n) {

@@ -1,5 +1,5 @@
 // Human output of the CLI: number formats, aligned tables, and the small pieces of interpretation the
-// tables need (which params vary, the gate levels of a job's scoring spec).
+// tables need (which params vary). Scores, gates and their levels are the daemon's: the CLI shows them.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,8 @@ std::string fmt_elapsed(double seconds);          // "45s", "3m20s", "1h02m"; "-
 // "JOB_SUCCEEDED" -> "SUCCEEDED", "TRIAL_COMPLETE" -> "COMPLETE".
 std::string state_name(v1::JobState s);
 std::string status_name(v1::TrialStatus s);
+// "FAILURE_OUT_OF_MEMORY" -> "out_of_memory" (the store's and the worker's names); "" when unspecified.
+std::string failure_name(v1::FailureKind k);
 bool is_terminal(v1::JobState s);
 
 // Duration of the named tier ("c1", "c8", "cinf"), or 0 when the trial has none.
@@ -49,18 +51,9 @@ std::vector<std::string> space_params(const std::string& spec_yaml);
 // A short column header for a knob ("weight_bits" -> "wbits"); unknown names as they are.
 std::string knob_header(const std::string& knob);
 
-// Gate levels of the job's scoring spec, best first and ending with 0 (the order of Suggestion.p_gate and
-// PlanPick.p_gate); the race's {1, 0.96, 0.92, 0} when the spec sets none or cannot be read.
-std::vector<double> gate_levels(const std::string& spec_yaml);
-// The race formula with the job spec's scoring (weights, gate tiers), the race's where the spec sets none:
-// C = the c of the first gate tier whose `above` the accuracy exceeds, else 0; final = weighted S sum * C.
-struct SpecScoring {
-  double w1 = 0.40, w8 = 0.30, winf = 0.30;
-  std::vector<std::pair<double, double>> gate = {{99.0, 1.0}, {98.0, 0.96}, {97.0, 0.92}};   // (above, c), best first
-  double gate_multiplier(double relative_accuracy_pct) const;
-  double final_score(double s1, double s8, double sinf, double c) const { return (s1 * w1 + s8 * w8 + sinf * winf) * c; }
-};
-SpecScoring spec_scoring(const std::string& spec_yaml);
+// The gate levels the daemon sent with the job (Job.gate_levels: best first, ending with 0, the order of
+// Suggestion.p_gate and PlanPick.p_gate); empty when there is no job at hand.
+std::vector<double> gate_levels(const v1::Job* job);
 // "P(C=1)", "P(C=0.96)", ... for `n` probabilities; generic names when n does not match the levels.
 std::vector<std::string> gate_labels(const std::vector<double>& levels, size_t n);
 

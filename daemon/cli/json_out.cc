@@ -93,8 +93,23 @@ Json to_json(const v1::Trial& t, bool full) {
   out["engine_build"] = t.engine_build();
   out["device"] = t.device();
   out["peak_memory_bytes"] = t.peak_memory_bytes();
+  out["is_reference"] = t.is_reference();
+  if (t.failure_kind() != v1::FAILURE_KIND_UNSPECIFIED) {
+    out["failure_kind"] = failure_name(t.failure_kind());
+    out["failure_code"] = t.failure_code();
+  }
   if (t.has_suggestion()) out["suggestion"] = to_json(t.suggestion());
   if (full) {
+    Json plans = Json::array();
+    for (const auto& p : t.plans()) {
+      Json plan;
+      plan["op"] = p.op();
+      plan["shape"] = p.shape();
+      plan["choice"] = params_json(p.choice());
+      plans.push_back(std::move(plan));
+    }
+    out["plans"] = std::move(plans);
+    out["env"] = params_json(t.env());
     out["log_tail"] = t.log_tail();
     auto parsed = Json::parse(t.result_json(), nullptr, /*allow_exceptions=*/false);
     if (!t.result_json().empty() && !parsed.is_discarded()) {

@@ -1,7 +1,9 @@
 // soartune-worker: runs one trial (docs/FORMATS.md section 3) and prints one JSON result (section 4) on
 // stdout; logs go to stderr. Exit 0 on success, 2 on a bad config or model, 1 on any other failure.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <new>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -9,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "core/worker_result.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/model_loader.h"
@@ -23,27 +26,44 @@ namespace {
 
 using nlohmann::json;
 
+// The timing-relevant environment this process runs with (the allowlist is core's kTimingEnvironment).
+std::map<std::string, std::string> timing_environment() {
+  std::map<std::string, std::string> env;
+  for (const char* name : kTimingEnvironment)
+    if (const char* v = std::getenv(name)) env[name] = v;
+  return env;
+}
+
+void emit(WorkerResult r) {
+  r.env = timing_environment();
+  std::cout << to_json(r) << std::endl;
+}
+
 int fail(const Status& s, bool config_error, const std::string& default_field = "") {
-  json err = {{"message", s.message}};
+  WorkerResult r;
+  r.error.message = s.message;
+  r.error.kind = config_error                         ? FailureKind::kInvalidConfig
+                 : s.code == Code::kResourceExhausted ? FailureKind::kOutOfMemory
+                                                      : FailureKind::kWorkerError;
   if (config_error) {
     // "<field>: <message>" when the prefix is one token (launch.kv_cache_dtype), else the default field.
     const auto pos = s.message.find(": ");
     const std::string prefix = pos == std::string::npos ? "" : s.message.substr(0, pos);
     if (!prefix.empty() && prefix.find(' ') == std::string::npos) {
-      err["field"] = prefix;
-      err["message"] = s.message.substr(pos + 2);
+      r.error.field = prefix;
+      r.error.message = s.message.substr(pos + 2);
     } else if (!default_field.empty()) {
-      err["field"] = default_field;
+      r.error.field = default_field;
     }
   }
-  std::cout << json{{"ok", false}, {"error", err}}.dump() << std::endl;
+  emit(std::move(r));
   spdlog::error("{}", s.message);
   return config_error ? 2 : 1;
 }
 
 bool is_config_error(const Status& s) { return s.code == Code::kInvalidArgument || s.code == Code::kNotFound; }
 
-json percentiles(const Percentiles& p) { return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; }
+LatencyPercentiles percentiles(const Percentiles& p) { return {p.p50, p.p90, p.p99}; }
 
 struct BackendChoice {
   std::string kind;   // "cpu" or "cuda"
@@ -180,28 +200,29 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   spdlog::info("accuracy {}: {:.2f}% ({} positions)", acc.metric, acc.relative_pct, acc.positions);
 
   const auto t_tiers = std::chrono::steady_clock::now();
-  json tiers = json::array();
+  WorkerResult result;
   for (int c : trial.tiers) {
     auto r = run_tier(engine, requests, c);
     if (!r.ok()) return fail(r.status(), false);
     const TierResult& t = r.value();
     spdlog::info("tier {}: {:.3f} s, {} tokens, {:.1f} tok/s", t.tier, t.duration_s, t.output_tokens, t.output_tokens_per_s);
-    tiers.push_back({{"tier", t.tier}, {"concurrency", t.concurrency}, {"duration_s", t.duration_s}, {"requests", t.requests},
-                     {"output_tokens", t.output_tokens}, {"ttft_ms", percentiles(t.ttft_ms)}, {"tpot_ms", percentiles(t.tpot_ms)},
-                     {"output_tokens_per_s", t.output_tokens_per_s}});
+    result.tiers.push_back({t.tier, t.concurrency, t.duration_s, t.requests, t.output_tokens, percentiles(t.ttft_ms),
+                            percentiles(t.tpot_ms), t.output_tokens_per_s});
   }
   const double tiers_s = seconds_since(t_tiers);
 
-  json result = {{"ok", true},
-                 {"backend", engine.backend().name()},
-                 {"device", engine.backend().device()},
-                 {"engine_build", std::string(SOARTUNE_VERSION) + "+" + SOARTUNE_GIT_COMMIT},
-                 {"tiers", tiers},
-                 {"accuracy", {{"metric", acc.metric}, {"relative_pct", acc.relative_pct}, {"candidate", acc.candidate},
-                               {"reference", acc.reference}, {"positions", acc.positions}}},
-                 {"peak_memory_bytes", engine.backend().peak_memory_bytes()},
-                 {"timings_s", {{"load", load_s}, {"accuracy", accuracy_s}, {"tiers", tiers_s}}}};
-  std::cout << result.dump() << std::endl;
+  // The kernel plans the backend made when it was built (variant, tiles, splits, grid per op and shape).
+  result.plans = engine.backend().kernel_plans();
+  result.ok = true;
+  result.backend = engine.backend().name();
+  result.device = engine.backend().device();
+  result.engine_build = std::string(SOARTUNE_VERSION) + "+" + SOARTUNE_GIT_COMMIT;
+  result.accuracy = {acc.metric, acc.relative_pct, acc.candidate, acc.reference, acc.positions};
+  result.peak_memory_bytes = static_cast<int64_t>(engine.backend().peak_memory_bytes());
+  result.load_s = load_s;
+  result.accuracy_s = accuracy_s;
+  result.tiers_s = tiers_s;
+  emit(std::move(result));
   return 0;
 }
 
@@ -220,14 +241,23 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);   // --help
-    std::cout << nlohmann::json{{"ok", false}, {"error", {{"field", "argv"}, {"message", e.what()}}}}.dump() << std::endl;
+    soartune::WorkerResult r;
+    r.error = {soartune::FailureKind::kInvalidConfig, "argv", e.what()};
+    std::cout << soartune::to_json(r) << std::endl;
     app.exit(e);
     return 2;
   }
   try {
     return soartune::engine::worker::run(trial, backend, threads);
+  } catch (const std::bad_alloc& e) {
+    soartune::WorkerResult r;
+    r.error = {soartune::FailureKind::kOutOfMemory, "", std::string("host memory: ") + e.what()};
+    std::cout << soartune::to_json(r) << std::endl;
+    return 1;
   } catch (const std::exception& e) {
-    std::cout << nlohmann::json{{"ok", false}, {"error", {{"message", e.what()}}}}.dump() << std::endl;
+    soartune::WorkerResult r;
+    r.error = {soartune::FailureKind::kWorkerError, "", e.what()};
+    std::cout << soartune::to_json(r) << std::endl;
     return 1;
   }
 }

@@ -113,6 +113,9 @@ TEST(ScoringTest, CustomWeightsAndGate) {
   m.duration_s = {1, 1, 1};
   m.relative_accuracy_pct = 92;
   EXPECT_DOUBLE_EQ(score(spec, m, {1, 1, 1}).final_score, (100.0 + 300.0) * 0.5);
+  // The same formula on official tier scores (RecordSubmission fills a final score with it).
+  EXPECT_DOUBLE_EQ(final_score(spec, {80, 50, 90}, 0.5), (80 * 1.0 + 90 * 3.0) * 0.5);
+  EXPECT_DOUBLE_EQ(final_score(ScoringSpec{}, {100, 100, 100}, 0.96), 96.0);
   // A threshold below 0 turns the gate off.
   const ScoringSpec open = parse_ok("gate: [{above: -1, c: 1}]");
   EXPECT_EQ(open.gate_multiplier(0.0), 1.0);

@@ -82,12 +82,11 @@ TEST(CliFormat, TierDurationsByName) {
   EXPECT_EQ(tier_names({&empty}), (std::vector<std::string>{"c1", "c8", "cinf"}));
 }
 
-TEST(CliFormat, GateLevelsComeFromTheJobSpec) {
-  EXPECT_EQ(gate_levels(""), (std::vector<double>{1.0, 0.96, 0.92, 0.0}));
-  EXPECT_EQ(gate_levels("model: synthetic:tiny\n"), (std::vector<double>{1.0, 0.96, 0.92, 0.0}));
-  EXPECT_EQ(gate_levels("scoring:\n  gate: [{above: 95, c: 0.5}, {above: 99, c: 1.0}]\n"),
-            (std::vector<double>{1.0, 0.5, 0.0}));
-  EXPECT_EQ(gate_levels("scoring: {gate: [oops]}\n"), (std::vector<double>{1.0, 0.96, 0.92, 0.0}));
+TEST(CliFormat, GateLevelsAreTheDaemons) {
+  v1::Job job;
+  for (double g : {1.0, 0.5, 0.0}) job.add_gate_levels(g);
+  EXPECT_EQ(gate_levels(&job), (std::vector<double>{1.0, 0.5, 0.0}));
+  EXPECT_TRUE(gate_levels(nullptr).empty());
   EXPECT_EQ(gate_labels({1.0, 0.96, 0.92, 0.0}, 4),
             (std::vector<std::string>{"P(C=1)", "P(C=0.96)", "P(C=0.92)", "P(C=0)"}));
   EXPECT_EQ(gate_labels({1.0, 0.0}, 3)[2], "P(gate 2)");
@@ -100,20 +99,6 @@ TEST(CliFormat, SpaceParamsInSpecOrder) {
   EXPECT_TRUE(space_params("model: x\n").empty());
   EXPECT_TRUE(space_params("space: [1, 2]\n").empty());
   EXPECT_TRUE(space_params("space: {a: [\n").empty());
-}
-
-TEST(CliFormat, SpecScoringIsTheRaceFormula) {
-  const SpecScoring race = spec_scoring("");
-  EXPECT_DOUBLE_EQ(race.gate_multiplier(99.5), 1.0);
-  EXPECT_DOUBLE_EQ(race.gate_multiplier(99.0), 0.96);   // (98, 99] -> 0.96
-  EXPECT_DOUBLE_EQ(race.gate_multiplier(98.0), 0.92);
-  EXPECT_DOUBLE_EQ(race.gate_multiplier(97.0), 0.0);
-  EXPECT_DOUBLE_EQ(race.final_score(100, 99.99, 96.39, 0.92), (40 + 0.3 * 99.99 + 0.3 * 96.39) * 0.92);
-  const SpecScoring custom =
-      spec_scoring("scoring:\n  weights: {c1: 0.5, c8: 0.25, cinf: 0.25}\n  gate: [{above: 95, c: 0.5}]\n");
-  EXPECT_DOUBLE_EQ(custom.gate_multiplier(96), 0.5);
-  EXPECT_DOUBLE_EQ(custom.gate_multiplier(95), 0.0);
-  EXPECT_DOUBLE_EQ(custom.final_score(80, 40, 40, 1.0), 60.0);
 }
 
 TEST(CliFormat, TablesAlignColumns) {
