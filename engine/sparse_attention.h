@@ -12,6 +12,11 @@
 //   4. the topk + window_size / block_size best blocks at or before qb are attended (ties: lower block);
 //      attention itself is exact softmax over those blocks' tokens at positions <= p.
 // When that count covers every block up to qb the result is dense attention.
+// The switch to sparse is made per query token here, so it does not depend on how a prompt is chunked. The
+// official HF code decides per forward call (kv length = largest position + 1) and SGLang per sequence of a
+// batch (its length >= dense_len); the three agree except for queries at positions in
+// [(topk + window_size / block_size) * block_size, dense_len - 1) of a call that reaches dense_len, which
+// they send through the selection and this code attends densely (release: positions 6144 .. 8190).
 #pragma once
 
 #include "engine/model_config.h"

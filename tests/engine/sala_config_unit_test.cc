@@ -14,9 +14,6 @@
 namespace soartune::engine {
 namespace {
 
-// The KV-cache dtype enum, named through LaunchConfig's field.
-using CacheDtype = decltype(LaunchConfig::kv_cache_dtype);
-
 namespace fs = std::filesystem;
 
 // The release config.json's keys, at tiny-sala's sizes.
@@ -148,7 +145,7 @@ TEST(SalaConfig, SyntheticHybridDecodesAsItPrefills) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 40; ++i) prompt.push_back(3 + 97 * i % 4000);
   EngineOptions o;
-  o.launch.kv_cache_dtype = CacheDtype::kFP32;
+  o.launch.kv_cache_dtype = KvCacheDtype::kFP32;
   o.launch.max_running_requests = 2;
   o.launch.max_prefill_tokens = 16;
   o.max_context = 80;

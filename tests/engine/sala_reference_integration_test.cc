@@ -15,9 +15,6 @@
 namespace soartune::engine {
 namespace {
 
-// The KV-cache dtype enum, named through LaunchConfig's field.
-using CacheDtype = decltype(LaunchConfig::kv_cache_dtype);
-
 using testing::read_jsonl;
 using testing::tiny_sala_dir;
 
@@ -70,7 +67,7 @@ class SingleSequence {
   explicit SingleSequence(const ModelWeights& w, int max_context = 256, int threads = 2) : c_(w.config) {
     BackendPlan plan;
     plan.weights = &w;
-    plan.launch.kv_cache_dtype = CacheDtype::kFP32;
+    plan.launch.kv_cache_dtype = KvCacheDtype::kFP32;
     plan.max_sequences = 2;
     plan.max_step_tokens = max_context;
     plan.max_output_rows = max_context;
@@ -169,7 +166,7 @@ TEST(SalaReference, DecodeStepByStepEqualsOneFullPrefill) {
 
 std::unique_ptr<Engine> make_engine(int max_running, int prefill) {
   EngineOptions o;
-  o.launch.kv_cache_dtype = CacheDtype::kFP32;
+  o.launch.kv_cache_dtype = KvCacheDtype::kFP32;
   o.launch.max_running_requests = max_running;
   o.launch.max_prefill_tokens = prefill;
   o.max_context = 160;

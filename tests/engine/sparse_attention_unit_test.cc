@@ -13,9 +13,6 @@
 namespace soartune::engine {
 namespace {
 
-// The KV-cache dtype enum, named through LaunchConfig's field.
-using CacheDtype = decltype(LaunchConfig::kv_cache_dtype);
-
 SparseAttentionConfig small_config() {
   SparseAttentionConfig sp;
   sp.present = true;
@@ -57,7 +54,7 @@ TEST(SparseAttention, SelectsInitialLocalAndBestScoringBlocks) {
 std::vector<float> logits_of(const ModelWeights& w, const std::vector<int32_t>& ids, int chunk) {
   BackendPlan plan;
   plan.weights = &w;
-  plan.launch.kv_cache_dtype = CacheDtype::kFP32;
+  plan.launch.kv_cache_dtype = KvCacheDtype::kFP32;
   plan.max_sequences = 1;
   plan.max_step_tokens = plan.max_output_rows = plan.max_context = static_cast<int>(ids.size());
   auto backend = make_cpu_backend(2);
@@ -96,17 +93,17 @@ TEST(SparseAttention, CpuBackendOnALongContextWithDenseLenLowered) {
   dense.config.sparse.present = false;
   std::vector<int32_t> ids;
   uint32_t x = 99;
-  for (int i = 0; i < 720; ++i) ids.push_back(2 + static_cast<int32_t>((x = x * 1664525u + 1013904223u) >> 8) % 4000);
-  const std::vector<float> want = logits_of(dense, ids, 720);
+  for (int i = 0; i < 560; ++i) ids.push_back(2 + static_cast<int32_t>((x = x * 1664525u + 1013904223u) >> 8) % 4000);
+  const std::vector<float> want = logits_of(dense, ids, 560);
 
-  ModelWeights covering = dense;   // sparse from position 255 on, but topk covers all 12 blocks
+  ModelWeights covering = dense;   // sparse from position 255 on, but topk covers all 9 blocks
   covering.config.sparse = small_config();
-  covering.config.sparse.topk = 12;
-  EXPECT_LE(max_diff(logits_of(covering, ids, 720), want), 1e-5);
+  covering.config.sparse.topk = 9;
+  EXPECT_LE(max_diff(logits_of(covering, ids, 560), want), 1e-5);
 
-  ModelWeights sparse = dense;     // 6 of up to 12 blocks
+  ModelWeights sparse = dense;     // 6 of up to 9 blocks
   sparse.config.sparse = small_config();
-  const std::vector<float> got = logits_of(sparse, ids, 720);
+  const std::vector<float> got = logits_of(sparse, ids, 560);
   const std::size_t V = static_cast<std::size_t>(dense.config.vocab);
   // Identical while every block is kept (positions < 6 * 64), different after.
   const double before = max_diff(std::vector<float>(got.begin(), got.begin() + 384 * V), std::vector<float>(want.begin(), want.begin() + 384 * V));
