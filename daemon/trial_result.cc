@@ -86,10 +86,10 @@ TrialOutcome decide(const ProcessResult& run, double timeout_s, const Result<Wor
       std::string last = last_lines(run.err_tail, 1, 200);
       if (!last.empty()) reason += "; last stderr line: " + last;
     }
-    if (reported && parsed.value().error.kind == FailureKind::kOutOfMemory) return fail(FailureKind::kOutOfMemory, reason);
-    // Exit 2 with a JSON error is the worker's documented "bad config or model".
-    if (reported && (run.exit_code == 2 || parsed.value().error.kind == FailureKind::kInvalidConfig))
-      return fail(FailureKind::kInvalidConfig, reason);
+    // The worker said what went wrong: its kind; exit 2 with a JSON error is its documented "bad config or
+    // model" whatever the kind says. Without a report the exit status is all there is.
+    if (reported)
+      return fail(run.exit_code == 2 ? FailureKind::kInvalidConfig : parsed.value().error.kind, reason, run.exit_code);
     return fail(FailureKind::kExitCode, reason, run.exit_code);
   }
   if (!have) {

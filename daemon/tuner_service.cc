@@ -415,9 +415,11 @@ grpc::Status TunerService::RecordSubmission(grpc::ServerContext*, const pb::Reco
                                      std::to_string(static_cast<int>(f.hi))));
   }
   if (req->submitted_unix_ms() < 0) return to_grpc(Status::Invalid("submitted_unix_ms: must be >= 0 (0: now)"));
+  // The job first, so that a NOT_FOUND below is the trial's.
+  if (Result<JobView> j = jobs_.get_job(req->job_id()); !j.ok()) return to_grpc(j.status());
   Result<TrialRecord> t = jobs_.trial(req->job_id(), req->trial());
   if (!t.ok()) {
-    if (t.status().code == soartune::Code::kNotFound && t.status().message.rfind("number:", 0) == 0)
+    if (t.status().code == soartune::Code::kNotFound)
       return to_grpc(Status::NotFound("trial: job " + req->job_id() + " has no trial " + std::to_string(req->trial())));
     return to_grpc(t.status());
   }

@@ -59,6 +59,7 @@ TEST(WorkerProcess, MissingProgramIsReported) {
   TrialRecord t;
   TrialOutcome o = interpret(r, t);
   EXPECT_EQ(o.status, TrialStatus::kFailed);
+  EXPECT_EQ(o.failure_kind, FailureKind::kNotStarted);
   EXPECT_NE(o.error.find("did not start"), std::string::npos) << o.error;
 }
 
@@ -150,6 +151,7 @@ TEST(WorkerProcess, CancelStopsTheWorker) {
   EXPECT_FALSE(r.timed_out);
   TrialRecord rec;
   EXPECT_EQ(interpret(r, rec).status, TrialStatus::kCancelled);
+  EXPECT_EQ(rec.failure_kind, FailureKind::kCancelled);
 }
 
 TEST(WorkerProcess, GarbageOutputIsFailed) {
@@ -319,6 +321,76 @@ TEST(JobRunner, CrashingReferenceFailsTheJobWithTheReason) {
   EXPECT_EQ(trials[0].status, TrialStatus::kFailed);
   EXPECT_EQ(trials[0].log_tail, "about to crash");
   EXPECT_EQ(trials[0].device, "cpu");
+}
+
+// Every fault a worker can show, through the runner: each trial's failure kind is computed once, kept as a
+// value in the store (read back after the daemon is gone) and handed to the search as a value.
+TEST(JobRunner, EachWorkerFaultIsStoredAsItsKind) {
+  TempDir d;
+  write_file(d.file("ok.json"), kGoodResult);
+  DaemonConfig cfg;
+  cfg.database = d.file("t.db");
+  cfg.work_dir = d.file("work");
+  cfg.workloads_dir = d.file("workloads");
+  // Trial N's behaviour by its file name (argv: --trial .../trial-000N.yaml).
+  cfg.worker = write_script(d.file("worker.sh"),
+      "case \"$2\" in\n"
+      "  *trial-0000.yaml) cat " + d.file("ok.json") + " ;;\n"
+      "  *trial-0001.yaml) kill -SEGV $$ ;;\n"
+      "  *trial-0002.yaml) kill -KILL $$ ;;\n"
+      "  *trial-0003.yaml) sleep 30 ;;\n"
+      "  *trial-0004.yaml) echo 'engine: bad weights' >&2; exit 7 ;;\n"
+      "  *trial-0005.yaml) echo 'this is not json' ;;\n"
+      "  *trial-0006.yaml) echo '{\"ok\": false, \"error\": {\"kind\": \"invalid_config\", \"field\": \"launch.x\", \"message\": \"no\"}}'; exit 2 ;;\n"
+      "  *trial-0007.yaml) echo '{\"ok\": false, \"error\": {\"kind\": \"out_of_memory\", \"message\": \"cudaMalloc\"}}'; exit 1 ;;\n"
+      "  *trial-0008.yaml) echo '{\"ok\": 1}' ;;\n"
+      "  *trial-0009.yaml) echo '{\"ok\": false, \"error\": {\"kind\": \"worker_error\", \"message\": \"lost\"}}'; exit 1 ;;\n"
+      "esac");
+  const std::vector<std::pair<FailureKind, int>> want = {
+      {FailureKind::kNone, 0},        {FailureKind::kCrash, SIGSEGV},      {FailureKind::kOutOfMemory, SIGKILL},
+      {FailureKind::kTimeout, 0},     {FailureKind::kExitCode, 7},         {FailureKind::kBadOutput, 0},
+      {FailureKind::kInvalidConfig, 2}, {FailureKind::kOutOfMemory, 1},    {FailureKind::kBadOutput, 0},
+      {FailureKind::kWorkerError, 1}};
+  std::string id;
+  {
+    JobManager jobs(cfg, Store::open(cfg.database).value());
+    ASSERT_TRUE(jobs.start().ok());
+    auto job = jobs.submit(
+        "model: synthetic:tiny\nstrategy: random\nworkload: {requests: [{input_len: 4, output_len: 4, count: 1}]}\n"
+        "trial_timeout_s: 1\nbudget: {trials: 10}\nspace: {max_running_requests: {type: int, low: 1, high: 64}}\n");
+    ASSERT_TRUE(job.ok()) << job.status().message;
+    id = job.value().job.id;
+    JobView v;
+    for (int i = 0; i < 600; ++i) {
+      v = jobs.get_job(id).value();
+      if (is_terminal(v.job.state)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_EQ(v.job.state, JobState::kSucceeded) << v.job.error;
+    // What the search is told.
+    auto st = jobs.search_state(id);
+    ASSERT_TRUE(st.ok());
+    ASSERT_EQ(st.value().history.size(), want.size());
+    for (size_t i = 1; i < want.size(); ++i) {
+      EXPECT_EQ(st.value().history[i].outcome, search::Outcome::kFailed) << i;
+      EXPECT_EQ(st.value().history[i].failure, want[i].first) << i;
+    }
+    jobs.shutdown();
+  }
+  // What the store kept, read back by a fresh store.
+  auto store = Store::open(cfg.database);
+  ASSERT_TRUE(store.ok());
+  TrialQuery q;
+  q.job_id = id;
+  q.limit = 0;
+  std::vector<TrialRecord> ts = store.value()->list_trials(q);
+  ASSERT_EQ(ts.size(), want.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    EXPECT_EQ(ts[i].failure_kind, want[i].first) << i << ": " << ts[i].error;
+    if (want[i].first == FailureKind::kCrash || want[i].first == FailureKind::kExitCode)
+      EXPECT_EQ(ts[i].failure_code, want[i].second) << i;
+    EXPECT_EQ(ts[i].is_reference, i == 0) << i;
+  }
 }
 
 // Nothing is written for a spec that does not validate.
