@@ -51,6 +51,7 @@ Status quantize_linear(QuantizedLinear& l, int bits, int group_size) {
 
 Status quantize_model(ModelWeights& w, const LaunchConfig& launch) {
   const int n = static_cast<int>(w.layers.size());
+  if (Status s = launch.check_layers(n); !s.ok()) return s;
   for (int i = 0; i < n; ++i) {
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
     const int ab = launch.weight_bits_for(i, n, ProjKind::kAttn);

@@ -25,6 +25,13 @@ class CudaBackend final : public Backend {
 
   Status prepare(const BackendPlan& plan) override {
     if (!plan.weights) return Status::Invalid("plan.weights: no model weights given");
+    // The CUDA kernels compute Llama-family layers only; a MiniCPM-SALA model must not run as one.
+    const ModelConfig& mc = plan.weights->config;
+    if (mc.has_lightning() || !mc.attn_use_rope || mc.attn_output_gate || mc.embed_scale != 1.0f ||
+        mc.residual_scale != 1.0f || mc.logit_divisor != 1.0f)
+      return Status::Invalid("model: " + mc.name +
+                             " has MiniCPM-SALA layers (lightning attention, NoPE or gated softmax attention, muP "
+                             "scalings), which the CUDA backend does not implement yet; backend: cpu runs them");
     const KvCacheDtype kv = plan.launch.kv_cache_dtype;
     if (kv != KvCacheDtype::kBF16 && kv != KvCacheDtype::kFP16 && kv != KvCacheDtype::kFP8E4M3 && kv != KvCacheDtype::kFP8E5M2)
       return Status::Invalid(std::string("launch.kv_cache_dtype: ") + kv_cache_dtype_name(kv) +
