@@ -42,6 +42,8 @@ const TrialRecord& ScoredTrials::put(TrialRecord t) {
     if (slot.status == TrialStatus::kComplete) {
       const TrialRecord* b = best();
       if (!b || slot.score > b->score || (slot.score == b->score && slot.number < b->number)) best_ = slot.number;
+    } else if (best_ == n) {
+      find_best();   // the best trial was replaced by one without a score
     }
   }
   return trials_.at(n);
@@ -93,10 +95,14 @@ void ScoredTrials::score_one(TrialRecord& t) const {
 
 void ScoredTrials::rescore_all() {
   ++full_rescores_;
+  for (auto& [n, t] : trials_) score_one(t);
+  find_best();
+}
+
+void ScoredTrials::find_best() {
   best_ = -1;
   double best_score = -std::numeric_limits<double>::infinity();
-  for (auto& [n, t] : trials_) {
-    score_one(t);
+  for (const auto& [n, t] : trials_) {
     if (t.status == TrialStatus::kComplete && t.score > best_score) {
       best_score = t.score;
       best_ = n;

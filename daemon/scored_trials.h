@@ -50,6 +50,7 @@ class ScoredTrials {
   void count(const TrialRecord& t, int sign);
   void score_one(TrialRecord& t) const;
   void rescore_all();
+  void find_best();
   bool lower_reference(const TrialRecord& t);
 
   search::ScoringSpec scoring_;

@@ -6,6 +6,9 @@
 //     the floor is noisy);
 //   - runner overhead per completed trial: (the job's wall time - N * spawn) / N, for the whole job and for
 //     the last quarter (where a runner that rescans the job pays most);
+//   - gap: from one trial's recorded end (finished_ms) to the next one's start (started_ms), the runner's own
+//     time between two workers (interpreting, storing, scoring, publishing, asking, writing the next trial
+//     file), mean and p99 over the job: unlike the figures above it does not depend on the floor;
 //   - watch latency: from the moment a trial is recorded finished (its finished_ms) to the moment the
 //     watcher holds the event, p50 / p99 / max over the job's TRIAL_FINISHED events.
 // Usage: runner_bench [--trials N] [--keep DIR]. Prints one line of key=value figures.
@@ -130,11 +133,19 @@ int main(int argc, char** argv) {
   const int q = n / 4;
   double tail_overhead_ms = 0;
   if (q > 1) tail_overhead_ms = (seconds(finished_at[n - 1] - finished_at[n - 1 - q]) / q - spawn_s) * 1000;
+  std::vector<double> gap_ms;
+  if (auto ts = jobs.trials(job.value().job.id); ts.ok())
+    for (size_t i = 1; i < ts.value().size(); ++i)
+      gap_ms.push_back(static_cast<double>(ts.value()[i].started_ms - ts.value()[i - 1].finished_ms));
+  double gap_sum = 0;
+  for (double g : gap_ms) gap_sum += g;
   auto v = jobs.get_job(job.value().job.id);
   std::printf("trials=%d state=%s spawn_ms=%.2f wall_s=%.2f wall_per_trial_ms=%.2f overhead_per_trial_ms=%.2f "
-              "overhead_last_quarter_ms=%.2f watch_latency_ms_p50=%.1f p99=%.1f max=%.1f\n",
+              "overhead_last_quarter_ms=%.2f gap_ms_mean=%.2f p99=%.1f watch_latency_ms_p50=%.1f p99=%.1f max=%.1f\n",
               n, v.ok() ? to_string(v.value().job.state) : "?", spawn_s * 1000, wall_s, wall_s / std::max(1, n) * 1000,
-              (wall_s / std::max(1, n) - spawn_s) * 1000, tail_overhead_ms, quantile(latency_ms, 0.5),
+              (wall_s / std::max(1, n) - spawn_s) * 1000, tail_overhead_ms,
+              gap_ms.empty() ? 0.0 : gap_sum / static_cast<double>(gap_ms.size()), quantile(gap_ms, 0.99),
+              quantile(latency_ms, 0.5),
               quantile(latency_ms, 0.99), quantile(latency_ms, 1.0));
   jobs.shutdown();
   if (keep.empty()) fs::remove_all(dir);
