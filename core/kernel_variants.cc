@@ -1,12 +1,14 @@
 #include "core/kernel_variants.h"
 
+#include "core/knob_catalogue.h"
+
 namespace soartune::core {
 
 namespace {
 
 std::string shape_check(const GemvShape& s) {
   if (s.weight_bits != 16 && s.weight_bits != 8 && s.weight_bits != 4)
-    return "weight_bits: " + std::to_string(s.weight_bits) + " is not one of 16, 8, 4";
+    return disallowed(*find_knob("weight_bits"), std::to_string(s.weight_bits), "weight_bits").message;
   if (s.batch < 1 || s.batch > kGemvMaxBatch)
     return "batch: " + std::to_string(s.batch) + " is not in 1.." + std::to_string(kGemvMaxBatch);
   if (s.n < 1) return "n: must be >= 1";

@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "core/knob_catalogue.h"
 #include "engine/thread_pool.h"
 
 #include <algorithm>
@@ -13,11 +14,12 @@ namespace soartune::engine {
 
 Status quantize_linear(QuantizedLinear& l, int bits, int group_size) {
   if (bits == 16) return Status::Ok();
-  if (bits != 8 && bits != 4) return Status::Invalid("launch.weight_bits: " + std::to_string(bits) + " is not one of 16, 8, 4");
+  if (bits != 8 && bits != 4) return core::disallowed(*core::find_knob("weight_bits"), std::to_string(bits), "launch.weight_bits");
   if (l.bits != 16) return Status::Precondition("quantize: linear is already quantised");
   if (group_size != 0 && (group_size < 0 || l.in % group_size != 0))
     return Status::Invalid("launch.weight_group_size: " + std::to_string(group_size) + " does not divide the input width " +
-                           std::to_string(l.in) + "; allowed: 0 or a divisor among 32, 64, 128, 256");
+                           std::to_string(l.in) + "; allowed: " + core::find_knob("weight_group_size")->allowed_text() +
+                           " (0 = per output channel; a group must divide the input width)");
   const int qmax = (1 << (bits - 1)) - 1;
   const int gsize = group_size == 0 ? l.in : group_size;
   const int gpr = l.in / gsize;

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <iterator>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel_variants.h"
 #include "engine/bench/step_timing.h"
 #include "engine/bench/synthetic_weights.h"
 #include "engine/cuda/cuda_model.h"
@@ -371,7 +373,7 @@ int main(int argc, char** argv) {
   app.add_option("--gemv-variant", gemv_variant, "gemv_variant of the decode and 32k runs (default auto)");
   int kv_splits = 0;
   app.add_option("--kv-splits", kv_splits, "decode_kv_splits of the short-context decode runs (default 0: auto)")
-      ->check(CLI::IsMember({0, 1, 2, 4, 8, 16, 32, 64, 128}));
+      ->check(CLI::IsMember(std::vector<int>(std::begin(soartune::core::kDecodeKvSplits), std::end(soartune::core::kDecodeKvSplits))));
   CLI11_PARSE(app, argc, argv);
   if (model.rfind("synthetic:", 0) != 0) {
     std::fprintf(stderr, "--model: %s is not a synthetic:<preset>\n", model.c_str());

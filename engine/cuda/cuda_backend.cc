@@ -1,6 +1,7 @@
 // The engine's Backend on a CUDA device: a thin adapter from BackendPlan / Step to CudaModel.
 #include <memory>
 
+#include "core/knob_catalogue.h"
 #include "engine/backend.h"
 #include "engine/cuda/cuda_model.h"
 
@@ -34,8 +35,7 @@ class CudaBackend final : public Backend {
                              "scalings), which the CUDA backend does not implement yet; backend: cpu runs them");
     const KvCacheDtype kv = plan.launch.kv_cache_dtype;
     if (kv != KvCacheDtype::kBF16 && kv != KvCacheDtype::kFP16 && kv != KvCacheDtype::kFP8E4M3 && kv != KvCacheDtype::kFP8E5M2)
-      return Status::Invalid(std::string("launch.kv_cache_dtype: ") + kv_cache_dtype_name(kv) +
-                             " is not one of bf16, fp16, fp8_e4m3, fp8_e5m2 on the CUDA backend");
+      return core::disallowed(*core::find_knob("kv_cache_dtype"), kv_cache_dtype_name(kv), "launch.kv_cache_dtype");
     Status s = model_->upload(*plan.weights);
     if (!s.ok()) return s;
     cuda::CudaOptions o;

@@ -1,5 +1,7 @@
 #include "engine/cuda/cuda_model.h"
 
+#include "core/knob_catalogue.h"
+
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -112,7 +114,7 @@ Status CudaModel::upload_linear(const std::vector<const QuantizedLinear*>& parts
   } else if (p0.bits == 4) {
     d.format = kn::WeightFormat::kInt4;
   } else {
-    return Status::Invalid("weight_bits: " + std::to_string(p0.bits) + " is not one of 16, 8, 4");
+    return core::disallowed(*core::find_knob("weight_bits"), std::to_string(p0.bits), "weight_bits");
   }
   d.group = p0.bits == 16 ? 0 : (p0.group_size == 0 ? k : p0.group_size);
   if (k % values_per_chunk(d.format) != 0)
