@@ -71,6 +71,11 @@ inline constexpr std::array<const char*, 8> kTimingEnvironment = {
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
     "OMP_NUM_THREADS",      "OMP_PROC_BIND",               "SOARTUNE_DEVICE",      "NVIDIA_TF32_OVERRIDE"};
 
+// What else a worker process inherits from the daemon: what a program needs to start and find its libraries,
+// nothing that changes what it measures.
+inline constexpr std::array<const char*, 9> kWorkerBaseEnvironment = {
+    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME"};
+
 // Longest string kept from a worker's result (an error message, a device name): longer ones are cut on a
 // character boundary and say so.
 inline constexpr size_t kMaxResultString = 4096;

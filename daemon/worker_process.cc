@@ -1,5 +1,7 @@
 #include "daemon/worker_process.h"
 
+#include "core/worker_result.h"
+
 #include "core/utf8.h"
 
 #include <fcntl.h>
@@ -45,13 +47,24 @@ bool drain(int fd, std::string& buf, size_t cap, bool keep_tail, bool* truncated
   return true;
 }
 
+// A worker sees only the variables it needs to start (kWorkerBaseEnvironment) and those it records with its
+// result because they change timings (kTimingEnvironment), plus what the spec sets: nothing else in the daemon's
+// environment can change what a trial measures without being stored with it.
 std::vector<std::string> child_environment(const std::vector<std::pair<std::string, std::string>>& extra) {
+  auto passes = [](const std::string& name) {
+    for (const char* n : kWorkerBaseEnvironment)
+      if (name == n) return true;
+    for (const char* n : kTimingEnvironment)
+      if (name == n) return true;
+    return false;
+  };
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string kv(*e);
     auto eq = kv.find('=');
     if (eq == std::string::npos) continue;
-    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    std::string name = kv.substr(0, eq);
+    if (passes(name)) env[name] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : extra) env[k] = v;
   std::vector<std::string> out;

@@ -50,6 +50,24 @@ TEST(WorkerProcess, CapturesStdoutAndExitCode) {
   EXPECT_EQ(r.err_tail, "oops\n");
 }
 
+// The worker inherits only what it needs to start and the timing variables it records; a switch in the
+// daemon's environment cannot change a trial without being stored with it.
+TEST(WorkerProcess, WorkerSeesOnlyTheAllowlistedEnvironment) {
+  TempDir d;
+  ::setenv("SOARTUNE_EXPERIMENT_SWITCH", "1", 1);
+  ::setenv("OMP_NUM_THREADS", "3", 1);
+  ProcessSpec ps;
+  ps.argv = {write_script(d.file("w.sh"),
+                          "echo \"switch=${SOARTUNE_EXPERIMENT_SWITCH:-unset} omp=${OMP_NUM_THREADS:-unset} "
+                          "dev=${CUDA_VISIBLE_DEVICES:-unset} path=${PATH:+set}\"")};
+  ps.env = {{"CUDA_VISIBLE_DEVICES", "2"}};
+  ProcessResult r = run_process(ps);
+  ::unsetenv("SOARTUNE_EXPERIMENT_SWITCH");
+  ::unsetenv("OMP_NUM_THREADS");
+  ASSERT_TRUE(r.started);
+  EXPECT_EQ(r.out, "switch=unset omp=3 dev=2 path=set\n");
+}
+
 TEST(WorkerProcess, MissingProgramIsReported) {
   ProcessSpec ps;
   ps.argv = {"/nonexistent/soartune-worker"};
