@@ -23,6 +23,13 @@ Value get_string(const LaunchConfig& c) { return c.*F; }
 template <std::string LaunchConfig::*F>
 void set_string(LaunchConfig& c, const Value& v) { c.*F = std::get<std::string>(v); }
 
+Value get_state_dtype(const LaunchConfig& c) { return std::string(state_dtype_name(c.lightning_state_dtype)); }
+void set_state_dtype(LaunchConfig& c, const Value& v) {
+  const std::string& s = std::get<std::string>(v);
+  for (StateDtype d : {StateDtype::kFP32, StateDtype::kBF16})
+    if (s == state_dtype_name(d)) c.lightning_state_dtype = d;
+}
+
 Value get_kv_dtype(const LaunchConfig& c) { return std::string(kv_cache_dtype_name(c.kv_cache_dtype)); }
 void set_kv_dtype(LaunchConfig& c, const Value& v) {
   const std::string& s = std::get<std::string>(v);
@@ -97,7 +104,7 @@ std::vector<KnobSpec> build_catalogue() {
        set_int<&LaunchConfig::weight_group_size>)
       .values = ints({0, 32, 64, 128, 256});
   knob("attn_weight_bits", "attn_bits", KnobType::kInt, int64_t{0},
-       "bits of the attention projections q/k/v/o; 0 = same as weight_bits",
+       "bits of the attention projections q/k/v/o (and output gates) of every mixer; 0 = same as weight_bits",
        checkpoint("per-module bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')"),
        get_int<&LaunchConfig::attn_weight_bits>, set_int<&LaunchConfig::attn_weight_bits>)
       .values = optional_bits();
@@ -105,6 +112,20 @@ std::vector<KnobSpec> build_catalogue() {
        "bits of the first and last decoder layers; 0 = same as weight_bits",
        checkpoint("per-layer bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')"),
        get_int<&LaunchConfig::edge_layers_bits>, set_int<&LaunchConfig::edge_layers_bits>)
+      .values = optional_bits();
+  // Per layer type (MiniCPM-SALA's softmax and lightning layers; a Llama model's layers are all softmax).
+  const ServingFlag per_module = checkpoint("per-module bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')");
+  knob("softmax_attn_bits", "sm_bits", KnobType::kInt, int64_t{0},
+       "bits of the softmax-attention layers' q/k/v/o and o_gate; 0 = attn_weight_bits, then weight_bits",
+       per_module, get_int<&LaunchConfig::softmax_attn_bits>, set_int<&LaunchConfig::softmax_attn_bits>)
+      .values = optional_bits();
+  knob("lightning_attn_bits", "la_bits", KnobType::kInt, int64_t{0},
+       "bits of the lightning-attention layers' q/k/v/o and z_proj; 0 = attn_weight_bits, then weight_bits",
+       per_module, get_int<&LaunchConfig::lightning_attn_bits>, set_int<&LaunchConfig::lightning_attn_bits>)
+      .values = optional_bits();
+  knob("mlp_bits", "mlp_bits", KnobType::kInt, int64_t{0},
+       "bits of every layer's MLP gate/up/down; 0 = weight_bits", per_module,
+       get_int<&LaunchConfig::mlp_bits>, set_int<&LaunchConfig::mlp_bits>)
       .values = optional_bits();
   knob("lm_head_bits", "lm_bits", KnobType::kInt, int64_t{16},
        "bits of the lm_head (output projection), groups of weight_group_size; the embeddings stay 16-bit",
@@ -149,6 +170,43 @@ std::vector<KnobSpec> build_catalogue() {
              "most requests starting prefill in one step; 0 = no limit", flag({"--prefill-max-requests"}, {{"0", ""}}),
              get_int<&LaunchConfig::prefill_max_requests>, set_int<&LaunchConfig::prefill_max_requests>),
         0, 1024);
+
+  // MiniCPM-SALA mixers (a model without lightning or sparse layers accepts, records and ignores them).
+  {
+    KnobSpec& k = knob("lightning_state_dtype", "la_state", KnobType::kString, S("fp32"),
+                       "storage dtype of the lightning layers' recurrent state (bf16: rounded after every update)",
+                       unmapped("no flag of the MiniCPM-SALA serving engine is known to set it; upstream SGLang's "
+                                "--mamba-ssm-dtype sets Mamba-style caches, and that the fork keeps lightning "
+                                "states there is not verified"),
+                       get_state_dtype, set_state_dtype);
+    for (StateDtype d : {StateDtype::kFP32, StateDtype::kBF16}) k.values.push_back(S(state_dtype_name(d)));
+  }
+  knob("lightning_chunk", "la_chunk", KnobType::kInt, int64_t{64},
+       "tokens per chunk of the chunked lightning-attention prefill",
+       unmapped("soartune lightning prefill chunk; the serving engine's kernel fixes its own"),
+       get_int<&LaunchConfig::lightning_chunk>, set_int<&LaunchConfig::lightning_chunk>)
+      .values = ints({32, 64, 128});
+  {
+    KnobSpec& k = knob("sparse_attention", "sparse", KnobType::kBool, true,
+                       "InfLLM-v2 sparse attention of the softmax layers from the model's dense_len on; false = "
+                       "dense at every length",
+                       unmapped("the model's sparse_config decides it in the serving engine; no flag is known to "
+                                "turn it off (edit the checkpoint's config.json)"),
+                       get_bool<&LaunchConfig::sparse_attention>, set_bool<&LaunchConfig::sparse_attention>);
+    k.values = {true, false};
+  }
+  knob("sparse_topk", "sp_topk", KnobType::kInt, int64_t{0},
+       "key blocks chosen by score in sparse attention (besides initial and local blocks); 0 = the model's "
+       "sparse_config topk",
+       unmapped("the serving engine reads topk from the checkpoint's config.json sparse_config; no flag is known"),
+       get_int<&LaunchConfig::sparse_topk>, set_int<&LaunchConfig::sparse_topk>)
+      .values = ints({0, 16, 32, 64, 128});
+  knob("sparse_window", "sp_window", KnobType::kInt, int64_t{0},
+       "local window of sparse attention in tokens; 0 = the model's sparse_config window_size",
+       unmapped("the serving engine reads window_size from the checkpoint's config.json sparse_config; no flag "
+                "is known"),
+       get_int<&LaunchConfig::sparse_window>, set_int<&LaunchConfig::sparse_window>)
+      .values = ints({0, 512, 1024, 2048, 4096});
 
   // Kernels (CUDA backend).
   {

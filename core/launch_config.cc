@@ -18,6 +18,14 @@ const char* kv_cache_dtype_name(KvCacheDtype d) {
   return "?";
 }
 
+const char* state_dtype_name(StateDtype d) {
+  switch (d) {
+    case StateDtype::kFP32: return "fp32";
+    case StateDtype::kBF16: return "bf16";
+  }
+  return "?";
+}
+
 int kv_cache_dtype_bytes(KvCacheDtype d) {
   if (d == KvCacheDtype::kFP32) return 4;
   return (d == KvCacheDtype::kBF16 || d == KvCacheDtype::kFP16) ? 2 : 1;
@@ -51,12 +59,23 @@ std::string layer_override_key_text(const LayerOverrideKey& k) {
 
 int LaunchConfig::weight_bits_for(int layer, int num_layers, ProjKind kind) const {
   if (auto it = layer_overrides.find(layer); it != layer_overrides.end()) {
-    const int specific = kind == ProjKind::kAttn ? it->second.attn : it->second.mlp;
+    const int specific = kind == ProjKind::kMlp ? it->second.mlp : it->second.attn;
     if (specific) return specific;
     if (it->second.all) return it->second.all;
   }
   if (edge_layers_bits && (layer == 0 || layer == num_layers - 1)) return edge_layers_bits;
-  if (kind == ProjKind::kAttn && attn_weight_bits) return attn_weight_bits;
+  switch (kind) {
+    case ProjKind::kAttn:
+      if (softmax_attn_bits) return softmax_attn_bits;
+      break;
+    case ProjKind::kLightningAttn:
+      if (lightning_attn_bits) return lightning_attn_bits;
+      break;
+    case ProjKind::kMlp:
+      if (mlp_bits) return mlp_bits;
+      return weight_bits;
+  }
+  if (attn_weight_bits) return attn_weight_bits;
   return weight_bits;
 }
 

@@ -20,8 +20,13 @@ enum class KvCacheDtype { kBF16, kFP16, kFP8E4M3, kFP8E5M2, kFP32 };
 const char* kv_cache_dtype_name(KvCacheDtype d);   // the knob's spelling: "bf16", "fp8_e4m3", ... ("fp32")
 int kv_cache_dtype_bytes(KvCacheDtype d);          // bytes per stored element
 
-// Which projections of a layer a weight-bit choice applies to.
-enum class ProjKind { kAttn, kMlp };               // attn: q/k/v/o; mlp: gate/up/down
+// Storage dtype of a lightning layer's recurrent state (one [heads][d_k][d_v] matrix per sequence slot).
+enum class StateDtype { kFP32, kBF16 };
+const char* state_dtype_name(StateDtype d);        // the knob's spelling: "fp32", "bf16"
+
+// Which projections of a layer a weight-bit choice applies to. kAttn is a softmax-attention layer's q/k/v/o and
+// output gate (every layer of a Llama model); kLightningAttn a lightning layer's q/k/v/o and z_proj gate.
+enum class ProjKind { kAttn, kLightningAttn, kMlp };   // mlp: gate/up/down
 
 // One `layer_overrides` entry's target: key "N" (the whole layer), "N.attn" or "N.mlp".
 struct LayerOverrideKey {
@@ -46,6 +51,9 @@ struct LaunchConfig {
   int weight_group_size = 128;                 // 0 = one scale per output channel
   int attn_weight_bits = 0;                    // attention projections; 0 = same as weight_bits
   int edge_layers_bits = 0;                    // first and last decoder layer; 0 = unset
+  int softmax_attn_bits = 0;                   // softmax-attention projections; 0 = unset
+  int lightning_attn_bits = 0;                 // lightning-attention projections; 0 = unset
+  int mlp_bits = 0;                            // MLP projections; 0 = unset
   std::map<int, LayerOverride> layer_overrides;
   int lm_head_bits = 16;                       // embeddings stay 16-bit
   // KV cache
@@ -56,6 +64,12 @@ struct LaunchConfig {
   int max_running_requests = 64;
   int max_prefill_tokens = 2048;               // chunked-prefill budget per step
   int prefill_max_requests = 0;                // 0 = no limit
+  // MiniCPM-SALA mixers
+  StateDtype lightning_state_dtype = StateDtype::kFP32;
+  int lightning_chunk = 64;                    // tokens per chunk of the chunked lightning prefill
+  bool sparse_attention = true;                // false: softmax layers dense at every length
+  int sparse_topk = 0;                         // top-k key blocks; 0 = the model's sparse_config
+  int sparse_window = 0;                       // local window in tokens; 0 = the model's sparse_config
   // kernels (CUDA backend)
   std::string gemv_variant = "auto";
   int decode_kv_splits = 0;                    // 0 = chosen from the context length
@@ -65,7 +79,8 @@ struct LaunchConfig {
 
   // Bits of a projection of `layer` (of `num_layers`). Precedence, most specific first:
   // layer_overrides "N.attn"/"N.mlp", then "N", then edge_layers_bits (layers 0 and num_layers-1),
-  // then attn_weight_bits (attention projections), then weight_bits.
+  // then the layer type's knob (softmax_attn_bits, lightning_attn_bits, mlp_bits), then attn_weight_bits
+  // (attention projections of either mixer), then weight_bits.
   int weight_bits_for(int layer, int num_layers, ProjKind kind) const;
 
   // Every layer override names a layer of a model of `num_layers` layers. Error:

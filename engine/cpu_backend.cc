@@ -3,7 +3,9 @@
 // cache read back through kv_cache_dtype (so KV quantisation shows in the numerics exactly as stored).
 // MiniCPM-SALA on the same path: per-layer mixers (softmax layers with optional NoPE and output gate;
 // lightning layers with q/k norm, RoPE, the chunked / recurrent Simple GLA of lightning_attention.h over a
-// per-slot fp32 state, output norm and gate) and the muP scalings (embedding, residual branches, logits).
+// per-slot state, output norm and gate) and the muP scalings (embedding, residual branches, logits). The launch
+// config's lightning_chunk, lightning_state_dtype (fp32, or bf16 rounding after each update) and sparse
+// attention knobs (on/off, top-k, window over the model's sparse_config) apply here.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -180,7 +182,10 @@ class CpuBackend final : public Backend {
     state_.assign(static_cast<std::size_t>(lightning_layers) * max_slots_ * c_.lightning_state_elems(), 0.f);
     log_decay_.clear();
     for (double sl : alibi_slopes(c_.lightning_heads)) log_decay_.push_back(-static_cast<float>(sl));
-    lightning_scratch_.assign(static_cast<std::size_t>(threads_) * lightning_scratch_floats(kLightningChunk, std::max(1, c_.lightning_head_dim)), 0.f);
+    lightning_chunk_ = plan.launch.lightning_chunk;
+    if (lightning_chunk_ <= 0) return Status::Invalid("launch.lightning_chunk: " + std::to_string(lightning_chunk_) + " is not a positive chunk");
+    bf16_state_ = plan.launch.lightning_state_dtype == StateDtype::kBF16;
+    lightning_scratch_.assign(static_cast<std::size_t>(threads_) * lightning_scratch_floats(lightning_chunk_, std::max(1, c_.lightning_head_dim)), 0.f);
     embed_ = dequantized(w.embed);
     lm_head_ = dequantized(w.lm_head);
     final_norm_ = w.final_norm;
@@ -212,8 +217,15 @@ class CpuBackend final : public Backend {
     token_seq_.assign(T, 0);
     scores_.assign(static_cast<std::size_t>(threads_) * max_ctx_, 0.f);
     // InfLLM-v2: per thread, the compressed keys of one sequence, the selection's scratch and block list.
-    sparse_ = c_.sparse.present && c_.softmax_layers() > 0 && max_ctx_ >= c_.sparse.dense_len;
-    const SparseAttentionConfig& sp = c_.sparse;
+    // The launch knobs over the model's sparse_config: off (dense at every length), top-k, local window.
+    sparse_cfg_ = c_.sparse;
+    if (plan.launch.sparse_topk > 0) sparse_cfg_.topk = plan.launch.sparse_topk;
+    if (plan.launch.sparse_window > 0) sparse_cfg_.window_size = plan.launch.sparse_window;
+    if (sparse_cfg_.present && plan.launch.sparse_window > 0 && plan.launch.sparse_window % sparse_cfg_.block_size != 0)
+      return Status::Invalid("launch.sparse_window: " + std::to_string(plan.launch.sparse_window) +
+                             " is not a multiple of the model's sparse block_size " + std::to_string(sparse_cfg_.block_size));
+    sparse_ = plan.launch.sparse_attention && sparse_cfg_.present && c_.softmax_layers() > 0 && max_ctx_ >= sparse_cfg_.dense_len;
+    const SparseAttentionConfig& sp = sparse_cfg_;
     ck_stride_ = sparse_ ? (sparse_compressed_keys(max_ctx_, sp) + 1) * c_.head_dim : 0;
     sparse_scratch_stride_ = sparse_ ? sparse_scratch_floats(max_ctx_, sp) : 0;
     blocks_stride_ = sparse_ ? sparse_max_blocks(max_ctx_, sp.block_size) : 0;
@@ -354,7 +366,7 @@ class CpuBackend final : public Backend {
       if (s.start_pos == 0) std::fill_n(states + static_cast<std::size_t>(s.slot) * per_slot, per_slot, 0.f);
     // Heads of all sequences are independent: one work item per (sequence, head).
     const int nseq = static_cast<int>(step.seqs.size()), group = H / Hkv;
-    const int scratch = lightning_scratch_floats(kLightningChunk, hd);
+    const int scratch = lightning_scratch_floats(lightning_chunk_, hd);
     pool_.parallel_for(nseq * H, [&](int w0, int w1, int tid) {
       for (int wi = w0; wi < w1; ++wi) {
         const StepSequence& s = step.seqs[static_cast<std::size_t>(wi / H)];
@@ -372,7 +384,8 @@ class CpuBackend final : public Backend {
         a.dim = hd;
         a.log_decay = log_decay_[static_cast<std::size_t>(h)];
         a.scale = c_.lightning_scale;
-        lightning_head(a, kLightningChunk, &lightning_scratch_[static_cast<std::size_t>(tid) * scratch]);
+        a.bf16_state = bf16_state_;
+        lightning_head(a, lightning_chunk_, &lightning_scratch_[static_cast<std::size_t>(tid) * scratch]);
       }
     });
     if (!l.o_norm.empty())
@@ -463,7 +476,7 @@ class CpuBackend final : public Backend {
   void attention(const Layer& l, const Step& step, int T) {
     const int hd = c_.head_dim, qkv_w = l.row, Hkv = c_.kv_heads, group = c_.group();
     const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-    const SparseAttentionConfig& sp = c_.sparse;
+    const SparseAttentionConfig& sp = sparse_cfg_;
     pool_.parallel_for(T * Hkv, [&](int w0, int w1, int tid) {
     for (int wi = w0; wi < w1; ++wi) {
       const int t = wi / Hkv, kvh = wi % Hkv;
@@ -530,8 +543,10 @@ class CpuBackend final : public Backend {
   int max_qd_ = 0, max_row_ = 0;                         // widest layer q and fused projection
   std::vector<float> qkv_;                               // [T][row] (each layer its own row width)
   std::vector<float> attn_;                              // [T][qd]
-  // Lightning: states [lightning layers][slots][heads][d][d] fp32, log-decays [heads], scratch per thread.
-  static constexpr int kLightningChunk = 64;
+  // Lightning: states [lightning layers][slots][heads][d][d] fp32 (bf16-rounded with a bf16 state), log-decays
+  // [heads], scratch per thread.
+  int lightning_chunk_ = 64;                             // launch.lightning_chunk
+  bool bf16_state_ = false;                              // launch.lightning_state_dtype == bf16
   int max_slots_ = 0;
   std::vector<float> state_, log_decay_, lightning_scratch_;
   std::vector<float> gu_, act_;                          // [T][2f], [T][f]
@@ -542,6 +557,7 @@ class CpuBackend final : public Backend {
   // InfLLM-v2 sparse attention (only when a context can reach dense_len): per-thread compressed keys
   // [max_ctx / kernel_stride][head_dim], selection scratch, selected blocks.
   bool sparse_ = false;
+  SparseAttentionConfig sparse_cfg_;                     // the model's sparse_config with the launch's top-k / window
   int ck_stride_ = 0, sparse_scratch_stride_ = 0, blocks_stride_ = 0;
   std::vector<float> ck_, sparse_scratch_;
   std::vector<int> blocks_;

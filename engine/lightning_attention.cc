@@ -5,6 +5,8 @@
 
 #include <Eigen/Core>
 
+#include "kernels/numeric_formats.h"
+
 namespace soartune::engine {
 
 namespace {
@@ -12,6 +14,10 @@ namespace {
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Strided = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 using StridedConst = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+
+void round_to_bf16(float* x, int n) {
+  for (int i = 0; i < n; ++i) x[i] = kernels::bf16_to_f32(kernels::f32_to_bf16(x[i]));
+}
 
 void recurrent_step(const LightningHeadArgs& a) {
   const int d = a.dim;
@@ -21,7 +27,9 @@ void recurrent_step(const LightningHeadArgs& a) {
   Eigen::Map<Eigen::RowVectorXf> o(a.out, d);
   S *= decay;
   S.noalias() += k.transpose() * v;
+  // The output reads the state before it is stored: the GPU kernel keeps it in fp32 registers for o_t.
   o.noalias() = a.scale * (q * S);
+  if (a.bf16_state) round_to_bf16(a.state, d * d);
 }
 
 }  // namespace
@@ -62,6 +70,7 @@ void lightning_head(const LightningHeadArgs& a, int chunk, float* scratch) {
     for (int j = 0; j < C; ++j) KW.row(j) = pow_buf[C - 1 - j] * K.row(j);
     S *= pow_buf[C];
     S.noalias() += KW.transpose() * V;
+    if (a.bf16_state) round_to_bf16(a.state, d * d);
   }
 }
 

@@ -9,6 +9,9 @@
 //     o_i   = scale exp(i g) q_i S  +  scale sum_{j<=i} exp((i-j) g) (q_i . k_j) v_j
 //     S_new = exp(C g) S  +  sum_j exp((C-j) g) k_j^T v_j
 // which costs two C x d x d GEMMs and two C x C x d ones per chunk instead of C rank-1 updates.
+// With a bf16 state (the lightning_state_dtype knob) S is rounded to bf16 (round to nearest even) after every
+// recurrence step and after every chunk: what a bf16 state slot holds between the GPU kernel's updates. The
+// arithmetic itself stays fp32, as it does on the GPU, so the chunk size then decides how often S is rounded.
 #pragma once
 
 namespace soartune::engine {
@@ -25,6 +28,7 @@ struct LightningHeadArgs {
   int dim = 0;                  // d_k = d_v
   float log_decay = 0;          // g (natural log, < 0)
   float scale = 1;              // q scale (1/sqrt(d) for MiniCPM-SALA)
+  bool bf16_state = false;      // round S to bf16 after each update
 };
 
 // Scratch one call of lightning_head needs for chunks of `chunk` tokens (floats).

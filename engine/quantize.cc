@@ -56,7 +56,8 @@ Status quantize_model(ModelWeights& w, const LaunchConfig& launch) {
   if (Status s = launch.check_layers(n); !s.ok()) return s;
   for (int i = 0; i < n; ++i) {
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
-    const int ab = launch.weight_bits_for(i, n, ProjKind::kAttn);
+    const ProjKind attn = w.config.mixer(i) == MixerKind::kLightning ? ProjKind::kLightningAttn : ProjKind::kAttn;
+    const int ab = launch.weight_bits_for(i, n, attn);
     const int mb = launch.weight_bits_for(i, n, ProjKind::kMlp);
     // The mixer's output gate (MiniCPM-SALA o_gate / z_proj) is an attention projection like q/k/v/o.
     for (QuantizedLinear* p : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_out_gate})

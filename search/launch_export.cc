@@ -115,7 +115,8 @@ Result<SglangMapping> sglang_mapping(const Config& launch) {
   const int64_t group = int_of(c, "weight_group_size");
   const int64_t lm_bits = int_of(c, "lm_head_bits");
   bool any_quantised = false;
-  for (const char* k : {"weight_bits", "attn_weight_bits", "edge_layers_bits", "lm_head_bits"}) {
+  for (const char* k : {"weight_bits", "attn_weight_bits", "edge_layers_bits", "softmax_attn_bits",
+                        "lightning_attn_bits", "mlp_bits", "lm_head_bits"}) {
     const int64_t b = int_of(c, k);
     any_quantised = any_quantised || (b != 0 && b != 16);
   }

@@ -19,9 +19,10 @@ TEST(LaunchKnobsTest, CatalogueHasEveryKnobOnceWithAnAllowedDefault) {
   for (const char* n : {"weight_bits", "weight_group_size", "attn_weight_bits", "edge_layers_bits", "lm_head_bits", "kv_cache_dtype",
                         "kv_page_size", "mem_fraction_pct", "max_running_requests", "max_prefill_tokens",
                         "prefill_max_requests", "gemv_variant", "decode_kv_splits", "prefill_attn_block",
-                        "cuda_graphs", "cuda_graph_max_bs"})
+                        "cuda_graphs", "cuda_graph_max_bs", "softmax_attn_bits", "lightning_attn_bits", "mlp_bits",
+                        "lightning_state_dtype", "lightning_chunk", "sparse_attention", "sparse_topk", "sparse_window"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 16u);
+  EXPECT_EQ(names.size(), 24u);
 }
 
 TEST(LaunchKnobsTest, DefaultsAreTheReferenceConfig) {
@@ -36,6 +37,12 @@ TEST(LaunchKnobsTest, DefaultsAreTheReferenceConfig) {
   EXPECT_EQ(d.at("gemv_variant"), Value{std::string("auto")});
   EXPECT_EQ(d.at("cuda_graphs"), Value{true});
   EXPECT_EQ(d.at("cuda_graph_max_bs"), Value{int64_t{32}});
+  // MiniCPM-SALA: the per-type bits unset, an fp32 state, 64-token chunks, sparse attention as the model says.
+  for (const char* k : {"softmax_attn_bits", "lightning_attn_bits", "mlp_bits", "sparse_topk", "sparse_window"})
+    EXPECT_EQ(d.at(k), Value{int64_t{0}}) << k;
+  EXPECT_EQ(d.at("lightning_state_dtype"), Value{std::string("fp32")});
+  EXPECT_EQ(d.at("lightning_chunk"), Value{int64_t{64}});
+  EXPECT_EQ(d.at("sparse_attention"), Value{true});
   EXPECT_TRUE(validate_launch(d).ok());
 }
 

@@ -74,5 +74,45 @@ TEST(LaunchConfig, BitsPrecedence) {
   EXPECT_EQ(l.weight_bits_for(3, n, ProjKind::kMlp), 4);     // weight_bits
 }
 
+TEST(LaunchConfig, PerLayerTypeBitsSitBetweenEdgeLayersAndAttentionBits) {
+  auto c = parse("{weight_bits: 4, attn_weight_bits: 16, edge_layers_bits: 16, softmax_attn_bits: 8, mlp_bits: 8}",
+                 "{\"2.attn\": 4, \"3\": 16}");
+  ASSERT_TRUE(c.ok()) << c.status().message;
+  const LaunchConfig& l = c.value();
+  const int n = 6;
+  EXPECT_EQ(l.weight_bits_for(1, n, ProjKind::kAttn), 8);            // softmax_attn_bits beats attn_weight_bits
+  EXPECT_EQ(l.weight_bits_for(1, n, ProjKind::kLightningAttn), 16);  // lightning_attn_bits unset: attn_weight_bits
+  EXPECT_EQ(l.weight_bits_for(1, n, ProjKind::kMlp), 8);             // mlp_bits beats weight_bits
+  EXPECT_EQ(l.weight_bits_for(0, n, ProjKind::kAttn), 16);           // edge layer beats the per-type knob
+  EXPECT_EQ(l.weight_bits_for(5, n, ProjKind::kMlp), 16);
+  EXPECT_EQ(l.weight_bits_for(2, n, ProjKind::kLightningAttn), 4);   // "2.attn" applies to either mixer
+  EXPECT_EQ(l.weight_bits_for(2, n, ProjKind::kAttn), 4);
+  EXPECT_EQ(l.weight_bits_for(3, n, ProjKind::kMlp), 16);            // "3" beats mlp_bits
+  auto d = parse("{weight_bits: 8, attn_weight_bits: 4, lightning_attn_bits: 16}");
+  ASSERT_TRUE(d.ok()) << d.status().message;
+  EXPECT_EQ(d.value().weight_bits_for(1, n, ProjKind::kLightningAttn), 16);
+  EXPECT_EQ(d.value().weight_bits_for(1, n, ProjKind::kAttn), 4);    // softmax_attn_bits unset: attn_weight_bits
+  EXPECT_EQ(d.value().weight_bits_for(1, n, ProjKind::kMlp), 8);     // mlp_bits unset: weight_bits
+}
+
+TEST(LaunchConfig, MixerKnobsParseIntoTypedFields) {
+  auto c = parse("{lightning_state_dtype: bf16, lightning_chunk: 128, sparse_attention: false, sparse_topk: 32, "
+                 "sparse_window: 1024}");
+  ASSERT_TRUE(c.ok()) << c.status().message;
+  EXPECT_EQ(c.value().lightning_state_dtype, StateDtype::kBF16);
+  EXPECT_EQ(c.value().lightning_chunk, 128);
+  EXPECT_FALSE(c.value().sparse_attention);
+  EXPECT_EQ(c.value().sparse_topk, 32);
+  EXPECT_EQ(c.value().sparse_window, 1024);
+  const LaunchConfig r = LaunchConfig::reference();
+  EXPECT_EQ(r.lightning_state_dtype, StateDtype::kFP32);
+  EXPECT_EQ(r.lightning_chunk, 64);
+  EXPECT_TRUE(r.sparse_attention);
+  EXPECT_EQ(parse("{lightning_chunk: 48}").status().message, "launch.lightning_chunk: 48 is not one of 32, 64, 128");
+  EXPECT_EQ(parse("{lightning_state_dtype: fp16}").status().message,
+            "launch.lightning_state_dtype: fp16 is not one of fp32, bf16");
+  EXPECT_EQ(parse("{mlp_bits: 2}").status().message, "launch.mlp_bits: 2 is not one of 0, 16, 8, 4");
+}
+
 }  // namespace
 }  // namespace soartune

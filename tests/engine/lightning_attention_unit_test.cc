@@ -2,6 +2,7 @@
 //   o_t = scale * sum_{j<=t} exp(g (t-j)) (q_t . k_j) v_j  +  scale * exp(g (t+1)) q_t S_0
 // computed in double, and against each other across chunk sizes and split points; plus the ALiBi slopes.
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -9,6 +10,7 @@
 
 #include "engine/lightning_attention.h"
 #include "engine/model_config.h"
+#include "kernels/numeric_formats.h"
 
 namespace soartune::engine {
 namespace {
@@ -35,7 +37,8 @@ Inputs random_inputs(int n, uint32_t seed) {
 }
 
 // Runs tokens [t0, t1) through lightning_head with `state`, writing rows t0.. of `out`.
-void run(const Inputs& in, int t0, int t1, int chunk, float g, float scale, std::vector<float>* state, std::vector<float>* out) {
+void run(const Inputs& in, int t0, int t1, int chunk, float g, float scale, std::vector<float>* state, std::vector<float>* out,
+         bool bf16_state = false) {
   LightningHeadArgs a;
   a.q = in.q.data() + t0 * kD;
   a.k = in.k.data() + t0 * kD;
@@ -47,6 +50,7 @@ void run(const Inputs& in, int t0, int t1, int chunk, float g, float scale, std:
   a.dim = kD;
   a.log_decay = g;
   a.scale = scale;
+  a.bf16_state = bf16_state;
   std::vector<float> scratch(static_cast<std::size_t>(lightning_scratch_floats(chunk, kD)));
   lightning_head(a, chunk, scratch.data());
 }
@@ -110,6 +114,42 @@ TEST(LightningAttention, ChunkedAndRecurrentFormsEqualTheDefinition) {
       EXPECT_LE(sdiff / smax, 2e-6);
     }
   }
+}
+
+bool all_bf16(const std::vector<float>& x) {
+  for (float f : x)
+    if (kernels::bf16_to_f32(kernels::f32_to_bf16(f)) != f) return false;
+  return true;
+}
+
+// A bf16 state: every stored state is a bf16 value, each recurrence step reads the rounded state, and the
+// outputs stay near the fp32 state's (rounding each step is relative 2^-9 per element, not a drift in kind).
+TEST(LightningAttention, Bf16StateIsRoundedAfterEveryUpdate) {
+  const int n = 150;
+  const Inputs in = random_inputs(n, 11);
+  const float scale = 1.f / std::sqrt(static_cast<float>(kD)), g = -1.f / 16.f;
+  const std::vector<double> want = definition(in, g, scale, false);
+  // Decode: the state after every step is bf16; the outputs differ from fp32 but only by rounding.
+  std::vector<float> state(kD * kD, 0.f), out(want.size());
+  for (int t = 0; t < n; ++t) {
+    run(in, t, t + 1, 64, g, scale, &state, &out, true);
+    ASSERT_TRUE(all_bf16(state)) << "after token " << t;
+  }
+  const double decode_err = max_rel(out, want);
+  std::printf("bf16 state, decode: max relative output error %.3g\n", decode_err);
+  EXPECT_GT(decode_err, 1e-5);   // the rounding is real (fp32 state: 2e-6)
+  EXPECT_LE(decode_err, 2e-2);
+  // Chunked prefill: rounded once per chunk, so fewer roundings with larger chunks; bf16 either way.
+  for (int chunk : {32, 64, 128}) {
+    std::vector<float> cs(kD * kD, 0.f), co(want.size());
+    run(in, 0, n, chunk, g, scale, &cs, &co, true);
+    EXPECT_TRUE(all_bf16(cs)) << "chunk " << chunk;
+    EXPECT_LE(max_rel(co, want), 2e-2) << "chunk " << chunk;
+  }
+  // An fp32 state is not rounded.
+  std::vector<float> fs(kD * kD, 0.f), fo(want.size());
+  run(in, 0, n, 64, g, scale, &fs, &fo, false);
+  EXPECT_FALSE(all_bf16(fs));
 }
 
 TEST(LightningAttention, AlibiSlopes) {

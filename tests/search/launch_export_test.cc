@@ -58,6 +58,25 @@ TEST(LaunchExport, MapsKnobsToSglangFlags) {
   EXPECT_NE(m.value().notes[0].find("group size 64"), std::string::npos) << m.value().notes[0];
 }
 
+TEST(LaunchExport, PerLayerTypeBitsAskForAGptqCheckpoint) {
+  for (const char* knob : {"softmax_attn_bits", "lightning_attn_bits", "mlp_bits"}) {
+    SCOPED_TRACE(knob);
+    auto m = sglang_mapping({{knob, int64_t{8}}});
+    ASSERT_TRUE(m.ok()) << m.status().message;
+    EXPECT_EQ(flag_value(m.value(), "--quantization"), "gptq_marlin");
+    EXPECT_TRUE(lists_unmapped(m.value(), knob));
+    // 16 (or unset) keeps a 16-bit checkpoint.
+    auto full = sglang_mapping({{knob, int64_t{16}}});
+    ASSERT_TRUE(full.ok());
+    EXPECT_FALSE(has_flag(full.value(), "--quantization"));
+  }
+  // The MiniCPM-SALA mixer knobs have no flag and say so.
+  auto m = sglang_mapping({{"lightning_state_dtype", std::string("bf16")}, {"sparse_attention", false}});
+  ASSERT_TRUE(m.ok()) << m.status().message;
+  for (const char* knob : {"lightning_state_dtype", "lightning_chunk", "sparse_attention", "sparse_topk", "sparse_window"})
+    EXPECT_TRUE(lists_unmapped(m.value(), knob)) << knob;
+}
+
 TEST(LaunchExport, DefaultsPinTheReferenceConfig) {
   auto m = sglang_mapping({});
   ASSERT_TRUE(m.ok());
