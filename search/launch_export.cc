@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <sstream>
+#include <string_view>
 
 #include "core/knob_catalogue.h"
 
@@ -114,17 +115,19 @@ Result<SglangMapping> sglang_mapping(const Config& launch) {
   const int64_t bits = int_of(c, "weight_bits");
   const int64_t group = int_of(c, "weight_group_size");
   const int64_t lm_bits = int_of(c, "lm_head_bits");
-  bool any_quantised = false;
+  bool any_quantised = false, per_module = false;
   for (const char* k : {"weight_bits", "attn_weight_bits", "edge_layers_bits", "softmax_attn_bits",
                         "lightning_attn_bits", "mlp_bits", "lm_head_bits"}) {
     const int64_t b = int_of(c, k);
     any_quantised = any_quantised || (b != 0 && b != 16);
+    per_module = per_module || (std::string_view(k) != "weight_bits" && std::string_view(k) != "lm_head_bits" && b != 0);
   }
   if (any_quantised) {
     m.args.push_back("--quantization");
     m.args.push_back("gptq_marlin");
     m.notes.push_back("--quantization gptq_marlin needs a GPTQ checkpoint with " + std::to_string(bits) +
-                      "-bit linears (" + (lm_bits == 16 ? std::string("lm_head 16-bit") : "lm_head " + std::to_string(lm_bits) + "-bit") +
+                      "-bit linears" + (per_module ? std::string(" except the per-module bits listed below") : "") +
+                      " (" + (lm_bits == 16 ? std::string("lm_head 16-bit") : "lm_head " + std::to_string(lm_bits) + "-bit") +
                       ", embeddings 16-bit), group size " +
                       (group == 0 ? std::string("per output channel (-1)") : std::to_string(group)) +
                       ", desc_act false");

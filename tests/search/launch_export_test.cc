@@ -65,6 +65,9 @@ TEST(LaunchExport, PerLayerTypeBitsAskForAGptqCheckpoint) {
     ASSERT_TRUE(m.ok()) << m.status().message;
     EXPECT_EQ(flag_value(m.value(), "--quantization"), "gptq_marlin");
     EXPECT_TRUE(lists_unmapped(m.value(), knob));
+    ASSERT_FALSE(m.value().notes.empty());
+    EXPECT_NE(m.value().notes[0].find("16-bit linears except the per-module bits listed below"), std::string::npos)
+        << m.value().notes[0];
     // 16 (or unset) keeps a 16-bit checkpoint.
     auto full = sglang_mapping({{knob, int64_t{16}}});
     ASSERT_TRUE(full.ok());
