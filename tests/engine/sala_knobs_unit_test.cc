@@ -181,5 +181,22 @@ TEST(SalaKnobs, SparseKnobsActAsTheModelsSparseConfig) {
   EXPECT_GT(after, 1e-4);
 }
 
+TEST(SalaKnobs, SparseWindowMustCoverWholeBlocks) {
+  ModelWeights w = tiny_sala();
+  w.config.sparse.present = true;
+  w.config.sparse.block_size = 48;     // 512 tokens are not whole 48-token blocks
+  w.config.sparse.kernel_stride = 16;
+  w.config.sparse.window_size = 1536;
+  BackendPlan plan;
+  plan.weights = &w;
+  plan.launch.sparse_window = 512;
+  plan.max_step_tokens = plan.max_output_rows = plan.max_context = 64;
+  auto backend = make_cpu_backend(1);
+  const Status s = backend->prepare(plan);
+  EXPECT_EQ(s.message, "launch.sparse_window: 512 is not a multiple of the model's sparse block_size 48");
+  plan.launch.sparse_window = 0;       // the model's own window
+  EXPECT_TRUE(make_cpu_backend(1)->prepare(plan).ok());
+}
+
 }  // namespace
 }  // namespace soartune::engine
