@@ -93,16 +93,25 @@ std::vector<KnobSpec> build_catalogue() {
   };
 
   // Weights.
-  knob("weight_bits", "wbits", KnobType::kInt, int64_t{16},
-       "bits of every linear weight except lm_head and the embeddings",
-       checkpoint("bits of the quantised checkpoint's linears"), get_int<&LaunchConfig::weight_bits>,
-       set_int<&LaunchConfig::weight_bits>)
-      .values = weight_bit_values();
-  knob("weight_group_size", "group", KnobType::kInt, int64_t{128},
-       "quantisation group along the input dimension; 0 = one scale per output channel",
-       checkpoint("part of the quantised checkpoint"), get_int<&LaunchConfig::weight_group_size>,
-       set_int<&LaunchConfig::weight_group_size>)
-      .values = ints({0, 32, 64, 128, 256});
+  {
+    // The checkpoint holds the bits; the flag only picks the kernel family (gptq_marlin, written by the
+    // exporter whenever a weight knob quantises), so a base flag may not set it.
+    ServingFlag f = checkpoint("bits of the quantised checkpoint's linears");
+    f.flags = {"--quantization"};
+    knob("weight_bits", "wbits", KnobType::kInt, int64_t{16},
+         "bits of every linear weight except lm_head and the embeddings", f, get_int<&LaunchConfig::weight_bits>,
+         set_int<&LaunchConfig::weight_bits>)
+        .values = weight_bit_values();
+  }
+  {
+    ServingFlag f = checkpoint("part of the quantised checkpoint");
+    // SGLang's gptq_marlin kernels take group sizes -1 (per channel), 32, 64 and 128 only.
+    f.cannot_export["256"] = "gptq_marlin (SGLang's Marlin kernels) takes group sizes -1 (per channel), 32, 64, 128";
+    knob("weight_group_size", "group", KnobType::kInt, int64_t{128},
+         "quantisation group along the input dimension; 0 = one scale per output channel", f,
+         get_int<&LaunchConfig::weight_group_size>, set_int<&LaunchConfig::weight_group_size>)
+        .values = ints({0, 32, 64, 128, 256});
+  }
   knob("attn_weight_bits", "attn_bits", KnobType::kInt, int64_t{0},
        "bits of the attention projections q/k/v/o (and output gates) of every mixer; 0 = same as weight_bits",
        checkpoint("per-module bits belong in the checkpoint's quantisation config (GPTQ 'dynamic')"),
@@ -136,7 +145,14 @@ std::vector<KnobSpec> build_catalogue() {
   // KV cache.
   {
     ServingFlag f = flag({"--kv-cache-dtype"}, {{"bf16", "auto"}, {"fp16", "auto"}});
-    f.value_notes["fp16"] = "kv_cache_dtype=fp16 -> auto: SGLang stores the KV cache in the model dtype";
+    // SGLang's `auto` is the model dtype: fp16 only when the server runs with --dtype float16 (or half).
+    f.value_notes["fp16"] = "kv_cache_dtype=fp16 -> --kv-cache-dtype auto: SGLang stores the KV cache in the model "
+                            "dtype, which is fp16 only with --dtype float16 (add it to serving.base_args); with a "
+                            "bf16 checkpoint and no --dtype the KV cache is bf16";
+    const std::string unit_scales = " without --quantization-param-path (a JSON file of KV scaling factors) SGLang "
+                                    "runs the FP8 KV cache with unit scales (1.0), which may cost accuracy";
+    f.value_notes["fp8_e4m3"] = "kv_cache_dtype=fp8_e4m3:" + unit_scales;
+    f.value_notes["fp8_e5m2"] = "kv_cache_dtype=fp8_e5m2:" + unit_scales;
     KnobSpec& k = knob("kv_cache_dtype", "kv", KnobType::kString, S("bf16"), "KV-cache storage dtype", f,
                        get_kv_dtype, set_kv_dtype);
     for (KvCacheDtype d : {KvCacheDtype::kBF16, KvCacheDtype::kFP16, KvCacheDtype::kFP8E4M3, KvCacheDtype::kFP8E5M2})
@@ -219,10 +235,14 @@ std::vector<KnobSpec> build_catalogue() {
     k.backend = KnobBackend::kCuda;
   }
   {
+    // SGLang's counterpart exists only in its triton attention backend.
+    ServingFlag f = flag({"--triton-attention-num-kv-splits"}, {{"0", ""}});
+    f.requires_attention_backend = "triton";
+    f.note = "--triton-attention-num-kv-splits applies to the triton attention backend only (set "
+             "--attention-backend triton in serving.base_args to pass it)";
     KnobSpec& k = knob("decode_kv_splits", "kv_splits", KnobType::kInt, int64_t{0},
-                       "split-KV flash-decoding splits; 0 = chosen from the context length",
-                       unmapped("soartune split-KV decode attention"), get_int<&LaunchConfig::decode_kv_splits>,
-                       set_int<&LaunchConfig::decode_kv_splits>);
+                       "split-KV flash-decoding splits; 0 = chosen from the context length", f,
+                       get_int<&LaunchConfig::decode_kv_splits>, set_int<&LaunchConfig::decode_kv_splits>);
     for (int splits : kDecodeKvSplits) k.values.push_back(int64_t{splits});
     k.backend = KnobBackend::kCuda;
   }
@@ -377,6 +397,11 @@ Result<Config> launch_config_from_yaml(const YAML::Node& node, const std::string
     m[name] = kv.second.Scalar();
   }
   return launch_config_from_text(m, field);
+}
+
+std::string serving_export_refusal(const KnobSpec& knob, const Value& value) {
+  auto it = knob.serving.cannot_export.find(to_text(value));
+  return it == knob.serving.cannot_export.end() ? std::string() : it->second;
 }
 
 Config default_config() {

@@ -39,6 +39,12 @@ struct ServingFlag {
   std::map<std::string, std::string> value_notes;  // value text -> caveat told with the export
   std::string note;                                // why unmapped / what the checkpoint must hold
   std::string requires_true;                       // a bool knob that must be true for this flag to apply
+  // The attention backend (SGLang's --attention-backend / --decode-attention-backend) the flag needs; with any
+  // other backend the export lists the knob as unmapped, with `note`.
+  std::string requires_attention_backend;
+  // Values the serving engine cannot be given (value text -> why). The job spec refuses them in `space:`,
+  // `fixed:` and `reference:` when the job names a serving target, so the search never proposes them.
+  std::map<std::string, std::string> cannot_export;
 };
 
 struct KnobSpec {
@@ -94,6 +100,10 @@ Result<Config> launch_config_from_text(const std::map<std::string, std::string>&
 // Reads a mapping of knob -> scalar (the job spec's `reference:` and `fixed:`, trial.yaml's `launch:`); a null or
 // absent node is an empty config.
 Result<Config> launch_config_from_yaml(const YAML::Node& node, const std::string& field = "launch");
+
+// Why `knob` = `value` cannot be exported to the serving engine (its ServingFlag::cannot_export entry); empty
+// when it can.
+std::string serving_export_refusal(const KnobSpec& knob, const Value& value);
 
 // The catalogue defaults: the reference config when the job spec says nothing.
 Config default_config();

@@ -216,6 +216,33 @@ void emit_node(YAML::Emitter& e, const YAML::Node& n) { e << n; }
 
 }  // namespace
 
+namespace {
+
+// With a serving target, knob values the serving engine cannot take (the catalogue's cannot_export rule, e.g.
+// weight_group_size 256 under Marlin) are refused here, so the search never proposes a config that cannot be
+// exported. (Refusing rather than silently dropping keeps the space the user wrote the space that is searched.)
+Status check_exportable(const JobSpec& spec) {
+  for (const search::ParamSpec& p : spec.space.params()) {
+    const core::KnobSpec* k = core::find_knob(p.name);
+    if (!k) continue;
+    const std::vector<Value> domain = p.domain();
+    for (size_t i = 0; i < domain.size(); ++i)
+      if (std::string why = core::serving_export_refusal(*k, domain[i]); !why.empty())
+        return Status::Invalid("space." + p.name + ": " + to_text(domain[i]) + " cannot be exported to " +
+                               search::to_string(spec.serving->engine) + ": " + why);
+  }
+  for (const auto& [name, v] : spec.reference) {
+    const core::KnobSpec* k = core::find_knob(name);
+    if (!k || v == k->default_value) continue;
+    if (std::string why = core::serving_export_refusal(*k, v); !why.empty())
+      return Status::Invalid((spec.fixed.count(name) ? "fixed." : "reference.") + name + ": " + to_text(v) +
+                             " cannot be exported to " + search::to_string(spec.serving->engine) + ": " + why);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& ctx) {
   YAML::Node root;
   try {
@@ -229,7 +256,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (!root.IsMap()) return Status::Invalid("spec_yaml: the job spec must be a YAML mapping (model, space, ...)");
   if (Status s = check_keys(root, "", {"name", "model", "backend", "strategy", "seed", "budget", "parallel_trials",
                                        "trial_timeout_s", "workload", "accuracy", "scoring", "reference", "fixed",
-                                       "space", "warm_start", "layer_overrides", "submissions"});
+                                       "space", "warm_start", "layer_overrides", "submissions", "serving"});
       !s.ok())
     return s;
 
@@ -329,6 +356,13 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (!reference.ok()) return reference.status();
   spec.reference = reference.value();
   for (const auto& [k, v] : spec.fixed) spec.reference[k] = v;
+
+  if (const YAML::Node sv = root["serving"]; sv.IsDefined() && !sv.IsNull()) {
+    Result<search::ServingSpec> serving = search::parse_serving(sv, "serving");
+    if (!serving.ok()) return serving.status();
+    spec.serving = serving.value();
+    if (Status s = check_exportable(spec); !s.ok()) return s;
+  }
 
   if (root["warm_start"].IsDefined()) {
     Result<bool> w = read_bool(root["warm_start"], "warm_start");

@@ -13,6 +13,7 @@
 #include "search/budget_day.h"
 #include "core/knob_value.h"
 #include "search/scoring.h"
+#include "search/serving_engine.h"
 #include "search/space.h"
 #include "core/status.h"
 
@@ -44,6 +45,7 @@ struct JobSpec {
   soartune::Config fixed;        // held for every trial (also trial 0)
   bool warm_start = false;
   std::optional<search::SubmissionBudget> submissions;   // `submissions: {per_day, timezone}`
+  std::optional<search::ServingSpec> serving;   // `serving: {engine, base_args}`: the bundle export's target
 };
 
 struct SpecContext {

@@ -1,5 +1,8 @@
 #include "daemon/tuner_service.h"
 
+#include <fstream>
+#include <iterator>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +15,7 @@
 #include "daemon/trial_result.h"
 #include "search/budget_day.h"
 #include "search/launch_export.h"
+#include "daemon/bundle_export.h"
 
 namespace soartune::daemon {
 
@@ -363,6 +367,29 @@ grpc::Status TunerService::ExportConfig(grpc::ServerContext*, const pb::ExportCo
       Result<std::string> r = search::export_env_script(launch, src);
       if (!r.ok()) return to_grpc(r.status());
       text = r.value();
+      break;
+    }
+    case search::ExportFormat::kSglangBundle: {
+      Result<WrittenBundle> b = write_sglang_bundle(jobs_.config(), *spec.value(), tr);
+      if (!b.ok()) return to_grpc(b.status());
+      text = b.value().readme;
+      out->set_bundle_dir(b.value().dir);
+      // Files come back in the reply up to a total that stays under gRPC's default 4 MiB message limit; larger
+      // ones (a real checkpoint) are listed with their size, to be read from bundle_dir on the daemon's host.
+      constexpr uint64_t kInlineBytes = 3u << 20;
+      uint64_t inlined = 0;
+      for (const WrittenFile& f : b.value().files) {
+        pb::BundleFile* bf = out->add_files();
+        bf->set_path(f.path);
+        bf->set_size_bytes(static_cast<int64_t>(f.size_bytes));
+        if (inlined + f.size_bytes > kInlineBytes) continue;
+        std::ifstream in(f.abs_path, std::ios::binary);
+        std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (!in.good() && !in.eof()) return to_grpc(Status::Internal("cannot read " + f.abs_path));
+        inlined += content.size();
+        bf->set_content(std::move(content));
+        bf->set_content_included(true);
+      }
       break;
     }
   }

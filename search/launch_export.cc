@@ -78,13 +78,39 @@ std::string footer(const SglangMapping& m) {
   return os.str();
 }
 
+// The value of `flag` among argv tokens ("--flag v" or "--flag=v"); empty when absent.
+std::string arg_value(const std::vector<std::string>& args, const std::string& flag) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
+    if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
+  }
+  return "";
+}
+
+// The attention backend SGLang decodes with: --decode-attention-backend over --attention-backend.
+std::string decode_backend(const std::vector<std::string>& base_args) {
+  std::string b = arg_value(base_args, "--decode-attention-backend");
+  return b.empty() ? arg_value(base_args, "--attention-backend") : b;
+}
+
+// A value note the base flags already answer: fp16 KV with --dtype float16, FP8 KV with its scales file.
+bool note_settled(const std::string& knob, const std::string& value, const std::vector<std::string>& base_args) {
+  if (knob != "kv_cache_dtype") return false;
+  if (value == "fp16") {
+    const std::string dtype = arg_value(base_args, "--dtype");
+    return dtype == "float16" || dtype == "half";
+  }
+  return !arg_value(base_args, "--quantization-param-path").empty();
+}
+
 }  // namespace
 
 Result<ExportFormat> parse_export_format(const std::string& text, const std::string& field) {
   if (text.empty() || text == "yaml") return ExportFormat::kYaml;
   if (text == "sglang-args") return ExportFormat::kSglangArgs;
   if (text == "env-script") return ExportFormat::kEnvScript;
-  return Status::Invalid(field + ": " + text + " is not one of yaml, sglang-args, env-script");
+  if (text == "sglang-bundle") return ExportFormat::kSglangBundle;
+  return Status::Invalid(field + ": " + text + " is not one of yaml, sglang-args, env-script, sglang-bundle");
 }
 
 const char* to_string(ExportFormat f) {
@@ -95,11 +121,13 @@ const char* to_string(ExportFormat f) {
       return "sglang-args";
     case ExportFormat::kEnvScript:
       return "env-script";
+    case ExportFormat::kSglangBundle:
+      return "sglang-bundle";
   }
   return "yaml";
 }
 
-Result<SglangMapping> sglang_mapping(const Config& launch) {
+Result<SglangMapping> sglang_mapping(const Config& launch, const std::vector<std::string>& base_args) {
   if (Status s = core::validate_launch(launch, "launch"); !s.ok()) return s;
   Config c = core::default_config();
   for (const auto& [k, v] : launch) c[k] = v;
@@ -123,6 +151,9 @@ Result<SglangMapping> sglang_mapping(const Config& launch) {
     per_module = per_module || (std::string_view(k) != "weight_bits" && std::string_view(k) != "lm_head_bits" && b != 0);
   }
   if (any_quantised) {
+    const core::KnobSpec& g = *core::find_knob("weight_group_size");
+    if (std::string why = core::serving_export_refusal(g, c.at(g.name)); !why.empty())
+      return Status::Invalid("launch.weight_group_size: " + to_text(c.at(g.name)) + " cannot be served: " + why);
     m.args.push_back("--quantization");
     m.args.push_back("gptq_marlin");
     m.notes.push_back("--quantization gptq_marlin needs a GPTQ checkpoint with " + std::to_string(bits) +
@@ -158,6 +189,10 @@ Result<SglangMapping> sglang_mapping(const Config& launch) {
         auto mapped = f.value_map.find(text);
         const std::string arg = mapped == f.value_map.end() ? text : mapped->second;
         if (arg.empty()) break;   // the value the serving engine takes when the flag is absent
+        if (!f.requires_attention_backend.empty() && decode_backend(base_args) != f.requires_attention_backend) {
+          unmapped(k, f.note);
+          break;
+        }
         for (const std::string& flag : f.flags) {
           m.args.push_back(flag);
           m.args.push_back(arg);
@@ -178,7 +213,8 @@ Result<SglangMapping> sglang_mapping(const Config& launch) {
           for (const std::string& flag : f.flags) m.args.push_back(flag);
         break;
     }
-    if (auto note = f.value_notes.find(text); note != f.value_notes.end()) m.notes.push_back(note->second);
+    if (auto note = f.value_notes.find(text); note != f.value_notes.end() && !note_settled(k.name, text, base_args))
+      m.notes.push_back(note->second);
   }
   return m;
 }

@@ -14,9 +14,10 @@
 
 namespace soartune::search {
 
-enum class ExportFormat { kYaml, kSglangArgs, kEnvScript };
+enum class ExportFormat { kYaml, kSglangArgs, kEnvScript, kSglangBundle };
 
-// "yaml" (also ""), "sglang-args", "env-script". Error: "<field>: x is not one of yaml, sglang-args, env-script".
+// "yaml" (also ""), "sglang-args", "env-script", "sglang-bundle" (a submission directory, search/sglang_bundle.h).
+// Error: "<field>: x is not one of yaml, sglang-args, env-script, sglang-bundle".
 Result<ExportFormat> parse_export_format(const std::string& text, const std::string& field = "format");
 const char* to_string(ExportFormat f);
 
@@ -35,7 +36,11 @@ struct SglangMapping {
 };
 
 // The SGLang flags equivalent to `launch` (validated against the catalogue; errors name "launch.<knob>").
-Result<SglangMapping> sglang_mapping(const Config& launch);
+// `base_args`, the fixed flags the server also gets (the job's `serving.base_args`), decide the flags that
+// depend on them: --triton-attention-num-kv-splits only with the triton attention backend, and the notes on
+// fp16 KV (--dtype) and FP8 KV (--quantization-param-path). A value the serving engine cannot take (the
+// catalogue's cannot_export, e.g. group size 256 with quantised weights) is an error naming the knob.
+Result<SglangMapping> sglang_mapping(const Config& launch, const std::vector<std::string>& base_args = {});
 
 // Header comment, then the flags on one line (POSIX-shell-quoted where needed), then the comment blocks.
 Result<std::string> export_sglang_args(const Config& launch, const ExportSource& source);

@@ -1,6 +1,7 @@
 // trials, show, best, export.
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -293,15 +294,56 @@ struct ExportOptions {
   std::string output;
 };
 
+// Writes the bundle's files into the directory the user named (the client's side: the daemon only ever writes
+// under its own work dir). Files too large for the reply are copied from the daemon's bundle directory, which
+// works where the CLI runs on the daemon's host.
+int write_bundle(const v1::ExportConfigResponse& resp, const ExportOptions& o) {
+  namespace fs = std::filesystem;
+  const fs::path dir(o.output);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(kExitError, "cannot create " + o.output + ": " + ec.message());
+  for (const v1::BundleFile& f : resp.files()) {
+    const fs::path rel(f.path());
+    bool safe = !rel.empty() && rel.is_relative();
+    for (const fs::path& part : rel) safe = safe && part != "..";
+    if (!safe) return fail(kExitError, "bundle file " + f.path() + ": not a relative path inside the bundle");
+    const fs::path dst = dir / rel;
+    fs::create_directories(dst.parent_path(), ec);
+    if (f.content_included()) {
+      std::ofstream out(dst, std::ios::binary | std::ios::trunc);
+      out << f.content();
+      out.close();
+      if (!out) return fail(kExitError, "cannot write " + dst.string());
+    } else {
+      const fs::path src = fs::path(resp.bundle_dir()) / rel;
+      fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
+      if (ec)
+        return fail(kExitError, "bundle file " + f.path() + " (" + std::to_string(f.size_bytes()) +
+                                    " bytes) is too large for the reply and " + src.string() +
+                                    " cannot be read here (" + ec.message() + "); copy it from the daemon's host");
+    }
+    if (f.path() == "prepare_env.sh")
+      fs::permissions(dst, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
+                      fs::perm_options::add, ec);
+  }
+  std::cerr << "wrote " << o.output << ": trial " << resp.trial() << " of job " << o.job << " as sglang-bundle ("
+            << resp.files_size() << " files; the daemon's copy: " << resp.bundle_dir() << ")\n";
+  return kExitOk;
+}
+
 int run_export(Client& client, const ExportOptions& o) {
   v1::ExportConfigRequest req;
   req.set_job_id(o.job);
   req.set_trial(o.trial);
   req.set_format(o.format);
+  if (o.format == "sglang-bundle" && (o.output.empty() || o.output == "-"))
+    return fail(kExitUsage, "--output: sglang-bundle writes a directory; give -o DIR");
   v1::ExportConfigResponse resp;
   auto ctx = client.context();
   grpc::Status s = client.stub().ExportConfig(ctx.get(), req, &resp);
   if (!s.ok()) return report(s, client);
+  if (o.format == "sglang-bundle") return write_bundle(resp, o);
   if (o.output.empty() || o.output == "-") {
     std::cout << resp.text();
     if (!resp.text().empty() && resp.text().back() != '\n') std::cout << "\n";
@@ -353,10 +395,12 @@ void add_trial_commands(CLI::App& app, Context& ctx) {
     auto* sub = app.add_subcommand("export", "Export a trial's launch config (the best by default)");
     sub->add_option("job", o->job, "job id")->required();
     sub->add_option("--trial,-t", o->trial, "trial number (-1: the best)")->capture_default_str();
-    sub->add_option("--format,-f", o->format, "yaml (re-runnable trial file) | sglang-args | env-script")
-        ->check(CLI::IsMember({"yaml", "sglang-args", "env-script"}))
+    sub->add_option("--format,-f", o->format,
+                    "yaml (re-runnable trial file) | sglang-args | env-script | sglang-bundle (a submission "
+                    "directory: prepare_env.sh, README.md, the quantised checkpoint; needs -o DIR)")
+        ->check(CLI::IsMember({"yaml", "sglang-args", "env-script", "sglang-bundle"}))
         ->capture_default_str();
-    sub->add_option("--output,-o", o->output, "write to FILE instead of stdout");
+    sub->add_option("--output,-o", o->output, "write to FILE instead of stdout (sglang-bundle: the directory)");
     sub->callback([&ctx, o] { ctx.action = [o](Client& c) { return run_export(c, *o); }; });
   }
 }

@@ -185,5 +185,40 @@ TEST_F(JobSpecTest, EveryErrorNamesItsField) {
   expect_error(with("submissions", "submissions: {per_day: 0}"), "submissions.per_day");
 }
 
+// `serving:`: the engine and its base flags; with a serving target, values the engine cannot take (group size
+// 256 under Marlin) are refused in space, fixed and reference before the search can propose them.
+TEST_F(JobSpecTest, ServingSectionParsesWithTheRaceDefaults) {
+  soartune::Result<JobSpec> r = parse(with("serving", "serving: {engine: sglang-minicpm}"));
+  ASSERT_TRUE(r.ok()) << r.status().message;
+  ASSERT_TRUE(r.value().serving);
+  EXPECT_EQ(r.value().serving->engine, search::ServingEngine::kSglangMinicpm);
+  EXPECT_EQ(r.value().serving->base_args.size(), 6u);
+  EXPECT_FALSE(parse(good_spec()).value().serving);
+  expect_error(with("serving", "serving: {engine: sglang-minicpm, base_args: [--enable-radix]}"),
+               "serving.base_args[0]");
+  expect_error(with("serving", "serving: {engine: sglang-minicpm, base_args: [--skip-server-warmup]}"),
+               "serving.base_args");
+}
+
+TEST_F(JobSpecTest, ServingTargetRefusesGroupSizesItCannotExport) {
+  std::string spec = with("serving", "serving: {engine: sglang-upstream}");
+  const std::string groups = "values: [32, 128]";
+  spec.replace(spec.find(groups), groups.size(), "values: [32, 256]");
+  soartune::Result<JobSpec> r = parse(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message,
+            "space.weight_group_size: 256 cannot be exported to sglang-upstream: gptq_marlin (SGLang's Marlin "
+            "kernels) takes group sizes -1 (per channel), 32, 64, 128");
+  std::string fixed = with("serving", "serving: {engine: sglang-upstream}");
+  const std::string fixed_line = "fixed: {max_prefill_tokens: 256}";
+  fixed.replace(fixed.find(fixed_line), fixed_line.size(), "fixed: {max_prefill_tokens: 256, weight_group_size: 256}");
+  const std::string group_line = "  weight_group_size: {type: choice, values: [32, 128], when: {weight_bits: [4]}}\n";
+  fixed.replace(fixed.find(group_line), group_line.size(), "");
+  expect_error(fixed, "fixed.weight_group_size");
+  // Without a serving target the space is searched as written.
+  spec.erase(spec.find("serving: {engine: sglang-upstream}"));
+  EXPECT_TRUE(parse(spec).ok());
+}
+
 }  // namespace
 }  // namespace soartune::daemon

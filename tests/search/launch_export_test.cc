@@ -51,7 +51,9 @@ TEST(LaunchExport, MapsKnobsToSglangFlags) {
   EXPECT_FALSE(has_flag(m.value(), "--disable-cuda-graph"));
   // Knobs of our own engine have no flag and are listed instead.
   EXPECT_TRUE(lists_unmapped(m.value(), "gemv_variant"));
-  EXPECT_TRUE(lists_unmapped(m.value(), "decode_kv_splits"));
+  // decode_kv_splits 0 (chosen from the context length) needs no flag with any attention backend.
+  EXPECT_FALSE(lists_unmapped(m.value(), "decode_kv_splits"));
+  EXPECT_FALSE(has_flag(m.value(), "--triton-attention-num-kv-splits"));
   EXPECT_TRUE(lists_unmapped(m.value(), "prefill_attn_block"));
   EXPECT_TRUE(lists_unmapped(m.value(), "weight_group_size"));
   ASSERT_FALSE(m.value().notes.empty());
