@@ -39,8 +39,9 @@ std::string safe_component(const std::string& s) {
   return out.empty() ? std::string("_") : out;
 }
 
-search::BundleSummary summary_of(const TrialRecord& t) {
+search::BundleSummary summary_of(const TrialRecord& t, const std::string& band) {
   search::BundleSummary s;
+  s.predicted_band = band;
   char line[256];
   std::snprintf(line, sizeof line, "score %.3f (gate factor %.2f)", t.score, t.gate);
   s.measured.push_back(line);
@@ -48,8 +49,9 @@ search::BundleSummary summary_of(const TrialRecord& t) {
                 t.relative_accuracy, t.accuracy_metric.c_str());
   s.measured.push_back(line);
   for (const TierRecord& tier : t.tiers) {
-    std::snprintf(line, sizeof line, "%s (concurrency %d): %.3f s, %.1f output tokens/s, TTFT p50 %.1f ms, TPOT p50 %.2f ms",
-                  tier.tier.c_str(), tier.concurrency, tier.duration_s, tier.output_tokens_per_s, tier.ttft_p50_ms,
+    const std::string conc = tier.concurrency == 0 ? std::string("unlimited") : std::to_string(tier.concurrency);
+    std::snprintf(line, sizeof line, "%s (concurrency %s): %.3f s, %.1f output tokens/s, TTFT p50 %.1f ms, TPOT p50 %.2f ms",
+                  tier.tier.c_str(), conc.c_str(), tier.duration_s, tier.output_tokens_per_s, tier.ttft_p50_ms,
                   tier.tpot_p50_ms);
     s.measured.push_back(line);
   }
@@ -101,13 +103,15 @@ Status write_checkpoint(const DaemonConfig& cfg, const JobSpec& spec, const fs::
 
 }  // namespace
 
-Result<WrittenBundle> write_sglang_bundle(const DaemonConfig& cfg, const JobSpec& spec, const TrialRecord& trial) {
+Result<WrittenBundle> write_sglang_bundle(const DaemonConfig& cfg, const JobSpec& spec, const TrialRecord& trial,
+                                         const std::string& predicted_band) {
   const search::ServingSpec serving = spec.serving.value_or(search::ServingSpec{});
   const Config launch = config_from_text(trial.params);
   const bool quantised = search::quantises_weights(launch);
   search::ExportSource src{trial.job_id, trial.number, spec.model, trial.engine_build};
   Result<search::BundleText> text =
-      search::sglang_bundle(launch, src, serving, summary_of(trial), quantised ? "checkpoint" : "");
+      search::sglang_bundle(launch, src, serving, summary_of(trial, predicted_band),
+                            quantised ? "checkpoint" : "");
   if (!text.ok()) return text.status();
 
   const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -29,6 +29,8 @@ struct WrittenBundle {
 
 // Writes the bundle of `trial` (a COMPLETE trial of the job `spec`). Errors: kInvalidArgument naming the knob or
 // flag that cannot be exported; kInternal when the worker cannot write the checkpoint (its error included).
-Result<WrittenBundle> write_sglang_bundle(const DaemonConfig& cfg, const JobSpec& spec, const TrialRecord& trial);
+// `predicted_band`: the planner's predicted official score band for the trial, empty when it gives none.
+Result<WrittenBundle> write_sglang_bundle(const DaemonConfig& cfg, const JobSpec& spec, const TrialRecord& trial,
+                                         const std::string& predicted_band);
 
 }  // namespace soartune::daemon

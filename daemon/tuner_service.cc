@@ -370,7 +370,22 @@ grpc::Status TunerService::ExportConfig(grpc::ServerContext*, const pb::ExportCo
       break;
     }
     case search::ExportFormat::kSglangBundle: {
-      Result<WrittenBundle> b = write_sglang_bundle(jobs_.config(), *spec.value(), tr);
+      // The planner's band for this trial when it would submit it today (it plans over every COMPLETE trial;
+      // no band when today's budget is spent or the trial is not among its picks).
+      std::string band;
+      if (Result<SubmissionPlan> plan = plan_submissions(jobs_, tr.job_id, 0, 0, now_ms()); plan.ok()) {
+        for (const search::PlanPick& pick : plan.value().plan.picks) {
+          if (pick.trial != tr.number) continue;
+          char line[256];
+          std::snprintf(line, sizeof line,
+                        "official final score %.2f expected, %.2f..%.2f (10%%..90%%), a %s pick of the planner "
+                        "for %s",
+                        pick.predicted_score, pick.score_lo, pick.score_hi, pick.role.c_str(),
+                        plan.value().today.day.c_str());
+          band = line;
+        }
+      }
+      Result<WrittenBundle> b = write_sglang_bundle(jobs_.config(), *spec.value(), tr, band);
       if (!b.ok()) return to_grpc(b.status());
       text = b.value().readme;
       out->set_bundle_dir(b.value().dir);
