@@ -345,6 +345,8 @@ grpc::Status TunerService::ExportConfig(grpc::ServerContext*, const pb::ExportCo
   const TrialRecord& tr = t.value();
   soartune::Config launch = soartune::config_from_text(tr.params);
   search::ExportSource src{tr.job_id, tr.number, spec.value()->model, tr.engine_build};
+  const std::vector<std::string> base_args =
+      spec.value()->serving ? spec.value()->serving->base_args : std::vector<std::string>{};
   std::string text;
   switch (format.value()) {
     case search::ExportFormat::kYaml: {
@@ -358,13 +360,13 @@ grpc::Status TunerService::ExportConfig(grpc::ServerContext*, const pb::ExportCo
       break;
     }
     case search::ExportFormat::kSglangArgs: {
-      Result<std::string> r = search::export_sglang_args(launch, src);
+      Result<std::string> r = search::export_sglang_args(launch, src, base_args);
       if (!r.ok()) return to_grpc(r.status());
       text = r.value();
       break;
     }
     case search::ExportFormat::kEnvScript: {
-      Result<std::string> r = search::export_env_script(launch, src);
+      Result<std::string> r = search::export_env_script(launch, src, base_args);
       if (!r.ok()) return to_grpc(r.status());
       text = r.value();
       break;

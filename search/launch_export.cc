@@ -219,9 +219,11 @@ Result<SglangMapping> sglang_mapping(const Config& launch, const std::vector<std
   return m;
 }
 
-Result<std::string> export_sglang_args(const Config& launch, const ExportSource& source) {
-  auto m = sglang_mapping(launch);
+Result<std::string> export_sglang_args(const Config& launch, const ExportSource& source,
+                                       const std::vector<std::string>& base_args) {
+  auto m = sglang_mapping(launch, base_args);
   if (!m.ok()) return m.status();
+  m.value().args.insert(m.value().args.begin(), base_args.begin(), base_args.end());
   std::ostringstream os;
   os << header(source, "SGLang server arguments");
   os << joined_args(m.value()) << "\n";
@@ -229,9 +231,11 @@ Result<std::string> export_sglang_args(const Config& launch, const ExportSource&
   return os.str();
 }
 
-Result<std::string> export_env_script(const Config& launch, const ExportSource& source) {
-  auto m = sglang_mapping(launch);
+Result<std::string> export_env_script(const Config& launch, const ExportSource& source,
+                                      const std::vector<std::string>& base_args) {
+  auto m = sglang_mapping(launch, base_args);
   if (!m.ok()) return m.status();
+  m.value().args.insert(m.value().args.begin(), base_args.begin(), base_args.end());
   std::ostringstream os;
   os << "#!/bin/sh\n";
   os << header(source, "an environment script (source it before starting the server)");

@@ -43,8 +43,12 @@ struct SglangMapping {
 Result<SglangMapping> sglang_mapping(const Config& launch, const std::vector<std::string>& base_args = {});
 
 // Header comment, then the flags on one line (POSIX-shell-quoted where needed), then the comment blocks.
-Result<std::string> export_sglang_args(const Config& launch, const ExportSource& source);
-// A POSIX sh snippet: header comment, `export SGLANG_SERVER_ARGS="..."`, then the comment blocks.
-Result<std::string> export_env_script(const Config& launch, const ExportSource& source);
+// `base_args` (the job's `serving.base_args`, validated at submission) come first, so the line is complete.
+Result<std::string> export_sglang_args(const Config& launch, const ExportSource& source,
+                                       const std::vector<std::string>& base_args = {});
+// A POSIX sh snippet: header comment, `export SGLANG_SERVER_ARGS="<base_args> <tuned flags>"`, then the comment
+// blocks.
+Result<std::string> export_env_script(const Config& launch, const ExportSource& source,
+                                      const std::vector<std::string>& base_args = {});
 
 }  // namespace soartune::search

@@ -51,7 +51,11 @@ TEST(LaunchKnobsTest, SglangFlags) {
   EXPECT_EQ(find_knob("kv_cache_dtype")->serving.flags, std::vector<std::string>{"--kv-cache-dtype"});
   EXPECT_EQ(find_knob("max_running_requests")->serving.flags, std::vector<std::string>{"--max-running-requests"});
   EXPECT_EQ(find_knob("cuda_graphs")->serving.rule, Rule::kDisableSwitch);
-  EXPECT_EQ(find_knob("decode_kv_splits")->serving.rule, Rule::kNone);
+  // SGLang's split-KV count exists for its triton attention backend only.
+  EXPECT_EQ(find_knob("decode_kv_splits")->serving.rule, Rule::kValue);
+  EXPECT_EQ(find_knob("decode_kv_splits")->serving.flags,
+            std::vector<std::string>{"--triton-attention-num-kv-splits"});
+  EXPECT_EQ(find_knob("decode_kv_splits")->serving.requires_attention_backend, "triton");
   EXPECT_EQ(find_knob("weight_bits")->serving.rule, Rule::kCheckpoint);
   // Every knob says how it reaches the server, or why it does not.
   for (const KnobSpec& k : launch_knobs()) {

@@ -198,6 +198,10 @@ TEST(BundleExport, SixteenBitJobExportsABundleWithBaseAndTunedFlagsOnce) {
   EXPECT_NE(rs.str().find("synthetic test model"), std::string::npos) << rs.str();
   // Both trials are candidates for today's three submissions, so the planner gives the exported one a band.
   EXPECT_NE(rs.str().find("Predicted official score band: official final score"), std::string::npos) << rs.str();
+  // The env-script export of the same job carries the base flags too.
+  const ProcessResult es = d.cli({"export", id, "--format", "env-script"});
+  ASSERT_TRUE(es.exited && es.exit_code == 0) << es.err_tail;
+  EXPECT_NE(es.out.find("SGLANG_SERVER_ARGS=\"--trust-remote-code --disable-radix-cache"), std::string::npos) << es.out;
   EXPECT_EQ(d.stop(), 0);
 }
 

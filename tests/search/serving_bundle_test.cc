@@ -187,6 +187,17 @@ TEST(SglangBundle, PrepareEnvSourcedInACleanShellIsAValidForkCommandLine) {
   EXPECT_NE(b.value().readme.find("score 0.9"), std::string::npos);
 }
 
+// The env-script export no longer drops the base flags: they lead SGLANG_SERVER_ARGS.
+TEST(SglangBundle, EnvScriptCarriesTheBaseFlags) {
+  Result<std::string> text = export_env_script({{"kv_page_size", int64_t{32}}}, ExportSource{}, minicpm().base_args);
+  ASSERT_TRUE(text.ok()) << text.status().message;
+  EXPECT_NE(text.value().find("export SGLANG_SERVER_ARGS=\"--trust-remote-code --disable-radix-cache "
+                              "--attention-backend minicpm_flashinfer --dense-as-sparse --skip-server-warmup "
+                              "--kv-cache-dtype auto --page-size 32 "),
+            std::string::npos)
+      << text.value();
+}
+
 TEST(SglangBundle, CompiledFlagListsMatchTheDataFiles) {
   for (ServingEngine e : {ServingEngine::kSglangUpstream, ServingEngine::kSglangMinicpm}) {
     const std::string file = std::string(SOARTUNE_SOURCE_DIR) + "/configs/serving/" + to_string(e) + "-flags.yaml";
