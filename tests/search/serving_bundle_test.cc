@@ -198,6 +198,13 @@ TEST(SglangBundle, EnvScriptCarriesTheBaseFlags) {
       << text.value();
 }
 
+// Every flag a launch knob can emit is a flag of both engines, so a tuned flag is never refused as unknown.
+TEST(SglangBundle, EveryCatalogueFlagIsAFlagOfBothEngines) {
+  for (ServingEngine e : {ServingEngine::kSglangUpstream, ServingEngine::kSglangMinicpm})
+    for (const core::KnobSpec& k : core::launch_knobs())
+      for (const std::string& f : k.serving.flags) EXPECT_NE(flag_list(e).find(f), nullptr) << f << " " << to_string(e);
+}
+
 TEST(SglangBundle, CompiledFlagListsMatchTheDataFiles) {
   for (ServingEngine e : {ServingEngine::kSglangUpstream, ServingEngine::kSglangMinicpm}) {
     const std::string file = std::string(SOARTUNE_SOURCE_DIR) + "/configs/serving/" + to_string(e) + "-flags.yaml";
