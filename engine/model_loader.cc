@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/gptq_format.h"
 #include "engine/safetensors.h"
 #include "engine/system_memory.h"
 #include "kernels/numeric_formats.h"
@@ -297,13 +298,20 @@ Status read_minicpm_sala(const nlohmann::json& j, ModelConfig* out) {
   return Status::Ok();
 }
 
-Status hf_linear(const Checkpoint& ck, const std::string& name, int out, int in, bool bias, QuantizedLinear* l) {
+// A linear as the checkpoint holds it: 16-bit `.weight`, or GPTQ tensors (`.qweight` ...; gptq_format.h)
+// read as the same quantised weights, when `gptq_zero_offset` >= 0 says the checkpoint is GPTQ.
+Status hf_linear(const Checkpoint& ck, const std::string& name, int out, int in, bool bias, QuantizedLinear* l,
+                 int gptq_zero_offset = -1) {
   l->out = out;
   l->in = in;
   l->bits = 16;
-  bool fp16 = false;
-  if (Status s = ck.read_16(name + ".weight", {out, in}, &l->w16, &fp16); !s.ok()) return s;
-  l->dtype16 = fp16 ? Dtype16::kFP16 : Dtype16::kBF16;
+  if (gptq_zero_offset >= 0 && ck.has(name + ".qweight")) {
+    if (Status s = read_gptq_linear(ck, name, out, in, gptq_zero_offset, l); !s.ok()) return s;
+  } else {
+    bool fp16 = false;
+    if (Status s = ck.read_16(name + ".weight", {out, in}, &l->w16, &fp16); !s.ok()) return s;
+    l->dtype16 = fp16 ? Dtype16::kFP16 : Dtype16::kBF16;
+  }
   if (bias || ck.has(name + ".bias")) {
     if (Status s = ck.read_f32(name + ".bias", {out}, &l->bias); !s.ok()) return s;
   }
@@ -320,6 +328,15 @@ Result<ModelWeights> hf_model(const std::string& dir) {
   auto ck_or = Checkpoint::open_dir(dir);
   if (!ck_or.ok()) return ck_or.status();
   const Checkpoint& ck = ck_or.value();
+  // A GPTQ checkpoint (AutoGPTQ / GPTQModel / ours): its quantised linears load as quantised weights.
+  int zo = -1;
+  for (const std::string& n : ck.names())
+    if (n.size() > 8 && n.compare(n.size() - 8, 8, ".qweight") == 0) {
+      auto z = gptq_zero_offset(dir);
+      if (!z.ok()) return z.status();
+      zo = z.value();
+      break;
+    }
   const int d = c.hidden;
   if (Status s = hf_linear(ck, "model.embed_tokens", c.vocab, d, false, &w.embed); !s.ok()) return s;
   w.layers.resize(static_cast<std::size_t>(c.layers));
@@ -330,25 +347,25 @@ Result<ModelWeights> hf_model(const std::string& dir) {
     const bool lightning = c.mixer(i) == MixerKind::kLightning;
     Status s = ck.read_f32(p + "input_layernorm.weight", {d}, &l.attn_norm);
     if (s.ok()) s = ck.read_f32(p + "post_attention_layernorm.weight", {d}, &l.mlp_norm);
-    if (s.ok()) s = hf_linear(ck, p + "self_attn.q_proj", qd, d, c.attention_bias, &l.wq);
-    if (s.ok()) s = hf_linear(ck, p + "self_attn.k_proj", kvd, d, c.attention_bias, &l.wk);
-    if (s.ok()) s = hf_linear(ck, p + "self_attn.v_proj", kvd, d, c.attention_bias, &l.wv);
-    if (s.ok()) s = hf_linear(ck, p + "self_attn.o_proj", d, qd, false, &l.wo);
-    if (s.ok() && !lightning && c.attn_output_gate) s = hf_linear(ck, p + "self_attn.o_gate", qd, d, false, &l.w_out_gate);
-    if (s.ok() && lightning && c.lightning_output_gate) s = hf_linear(ck, p + "self_attn.z_proj", qd, d, false, &l.w_out_gate);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.q_proj", qd, d, c.attention_bias, &l.wq, zo);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.k_proj", kvd, d, c.attention_bias, &l.wk, zo);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.v_proj", kvd, d, c.attention_bias, &l.wv, zo);
+    if (s.ok()) s = hf_linear(ck, p + "self_attn.o_proj", d, qd, false, &l.wo, zo);
+    if (s.ok() && !lightning && c.attn_output_gate) s = hf_linear(ck, p + "self_attn.o_gate", qd, d, false, &l.w_out_gate, zo);
+    if (s.ok() && lightning && c.lightning_output_gate) s = hf_linear(ck, p + "self_attn.z_proj", qd, d, false, &l.w_out_gate, zo);
     if (s.ok() && lightning && c.lightning_qk_norm) {
       s = ck.read_f32(p + "self_attn.q_norm.weight", {c.lightning_head_dim}, &l.q_norm);
       if (s.ok()) s = ck.read_f32(p + "self_attn.k_norm.weight", {c.lightning_head_dim}, &l.k_norm);
     }
     if (s.ok() && lightning && c.lightning_output_norm) s = ck.read_f32(p + "self_attn.o_norm.weight", {qd}, &l.o_norm);
-    if (s.ok()) s = hf_linear(ck, p + "mlp.gate_proj", c.intermediate, d, false, &l.w_gate);
-    if (s.ok()) s = hf_linear(ck, p + "mlp.up_proj", c.intermediate, d, false, &l.w_up);
-    if (s.ok()) s = hf_linear(ck, p + "mlp.down_proj", d, c.intermediate, false, &l.w_down);
+    if (s.ok()) s = hf_linear(ck, p + "mlp.gate_proj", c.intermediate, d, false, &l.w_gate, zo);
+    if (s.ok()) s = hf_linear(ck, p + "mlp.up_proj", c.intermediate, d, false, &l.w_up, zo);
+    if (s.ok()) s = hf_linear(ck, p + "mlp.down_proj", d, c.intermediate, false, &l.w_down, zo);
     if (!s.ok()) return s;
   }
   if (Status s = ck.read_f32("model.norm.weight", {d}, &w.final_norm); !s.ok()) return s;
-  if (!c.tie_embeddings && ck.has("lm_head.weight")) {
-    if (Status s = hf_linear(ck, "lm_head", c.vocab, d, false, &w.lm_head); !s.ok()) return s;
+  if (!c.tie_embeddings && (ck.has("lm_head.weight") || ck.has("lm_head.qweight"))) {
+    if (Status s = hf_linear(ck, "lm_head", c.vocab, d, false, &w.lm_head, zo); !s.ok()) return s;
   } else {
     c.tie_embeddings = true;   // no lm_head tensor: HF ties it to the embeddings
     w.lm_head = w.embed;

@@ -1,7 +1,9 @@
-// Builds ModelWeights (16-bit, as the checkpoint holds them) from a model spec:
+// Builds ModelWeights (as the checkpoint holds them: 16-bit, or quantised for a GPTQ checkpoint) from a model spec:
 //   hf:<dir>            config.json + safetensors (sharded or single; bf16 / fp16 / fp32), Llama / Qwen2 /
 //                       Mistral tensor names; rope_theta or rope_parameters.rope_theta; tied or untied;
 //                       MiniCPM-SALA (MiniCPMSALAForCausalLM: mixer_types, lightning_*, gates, muP, sparse_config).
+//                       A GPTQ checkpoint (symmetric, desc_act false; engine/gptq_format.h) loads its quantised
+//                       linears as quantised weights (bits, group size and codes as stored).
 //   synthetic:<preset>  deterministic random bf16 weights of a named shape (synthetic_presets()).
 #pragma once
 

@@ -1,6 +1,6 @@
 // Weight quantisation as a transform of ModelWeights (gpt-fast style: the model code never sees bit widths).
 // Symmetric round-to-nearest: per group of `group_size` input elements of an output row (0: the whole row),
-// scale = max|w| / qmax with qmax = 2^(bits-1) - 1, q = clamp(round(w / scale), -qmax, qmax).
+// scale = max|w| / qmax rounded to fp16 precision, qmax = 2^(bits-1) - 1, q = clamp(round(w / scale), -qmax, qmax).
 // Bits per projection follow LaunchConfig::weight_bits_for (overrides, edge layers, the layer type's bits by its
 // mixer, attention bits); the
 // lm_head takes lm_head_bits (16 by default; a tied lm_head is a copy, so the embeddings stay 16-bit).

@@ -17,13 +17,14 @@ namespace soartune::engine {
 
 namespace {
 
-int element_size(TensorDtype d) { return d == TensorDtype::kF32 ? 4 : 2; }
+int element_size(TensorDtype d) { return d == TensorDtype::kF32 || d == TensorDtype::kI32 ? 4 : 2; }
 
 const char* dtype_name(TensorDtype d) {
   switch (d) {
     case TensorDtype::kF32: return "F32";
     case TensorDtype::kF16: return "F16";
     case TensorDtype::kBF16: return "BF16";
+    case TensorDtype::kI32: return "I32";
   }
   return "?";
 }
@@ -77,7 +78,8 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     if (dt == "F32") info.dtype = TensorDtype::kF32;
     else if (dt == "F16") info.dtype = TensorDtype::kF16;
     else if (dt == "BF16") info.dtype = TensorDtype::kBF16;
-    else return Status::Invalid(path + ": tensor " + it.key() + ": dtype " + dt + " is not one of F32, F16, BF16");
+    else if (dt == "I32") info.dtype = TensorDtype::kI32;
+    else return Status::Invalid(path + ": tensor " + it.key() + ": dtype " + dt + " is not one of F32, F16, BF16, I32");
     for (const auto& d : t.at("shape")) info.shape.push_back(d.get<int64_t>());
     const auto& off = t.at("data_offsets");
     const std::size_t b = off.at(0).get<std::size_t>(), e = off.at(1).get<std::size_t>();
@@ -147,10 +149,27 @@ Status check(const Checkpoint& c, const std::string& name, const std::vector<int
   if (i->shape != shape)
     return Status::Invalid("checkpoint: tensor " + name + " has shape " + shape_text(i->shape) + ", config says " +
                            shape_text(shape));
+  if (i->dtype == TensorDtype::kI32)
+    return Status::Invalid("checkpoint: tensor " + name + " is I32 where a floating-point tensor (F32, F16, BF16) is expected");
   return Status::Ok();
 }
 
 }  // namespace
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> n;
+  for (const auto& [name, idx] : where_) n.push_back(name);
+  return n;
+}
+
+Result<const void*> Checkpoint::raw(const std::string& name, TensorDtype dtype) const {
+  const TensorInfo* i = info(name);
+  if (!i) return Status::NotFound("checkpoint: tensor " + name + " is missing");
+  if (i->dtype != dtype)
+    return Status::Invalid("checkpoint: tensor " + name + " is " + dtype_name(i->dtype) + ", expected " + dtype_name(dtype));
+  return files_[where_.at(name)]->data(name);
+}
+
 
 Status Checkpoint::read_f32(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* out) const {
   if (Status s = check(*this, name, shape); !s.ok()) return s;

@@ -14,7 +14,7 @@
 
 namespace soartune::engine {
 
-enum class TensorDtype { kF32, kF16, kBF16 };
+enum class TensorDtype { kF32, kF16, kBF16, kI32 };   // I32: GPTQ's packed codes and group indices
 
 struct TensorInfo {
   TensorDtype dtype = TensorDtype::kF32;
@@ -47,12 +47,15 @@ class Checkpoint {
  public:
   static Result<Checkpoint> open_dir(const std::string& dir);
   bool has(const std::string& name) const { return where_.count(name) != 0; }
+  std::vector<std::string> names() const;             // every tensor, sorted
   const TensorInfo* info(const std::string& name) const;
   // The tensor as fp32 (bf16 / fp16 widened), checking it has `shape`.
   Status read_f32(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* out) const;
   // The tensor as bf16 bits, or fp16 bits when stored as fp16 (*is_fp16 set); fp32 is rounded to bf16.
   Status read_16(const std::string& name, const std::vector<int64_t>& shape, std::vector<uint16_t>* out,
                  bool* is_fp16) const;
+  // The tensor's bytes as stored, checking its dtype (the shape is the caller's to check through info()).
+  Result<const void*> raw(const std::string& name, TensorDtype dtype) const;
 
  private:
   std::vector<std::shared_ptr<SafetensorsFile>> files_;

@@ -20,6 +20,7 @@
 #include "engine/worker/accuracy.h"
 #include "engine/worker/tiers.h"
 #include "engine/worker/trial.h"
+#include "engine/worker/write_checkpoint.h"
 
 namespace soartune::engine::worker {
 namespace {
@@ -232,9 +233,11 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
   CLI::App app{"soartune-worker: run one trial, print one JSON result"};
-  std::string trial, backend;
+  std::string trial, backend, checkpoint_dir;
   int threads = 0;
   app.add_option("--trial", trial, "trial file (docs/FORMATS.md section 3)")->required();
+  app.add_option("--write-checkpoint", checkpoint_dir,
+                 "instead of measuring: write the trial's model, quantised under its launch config, as a GPTQ checkpoint into DIR");
   app.add_option("--backend", backend, "override the trial's backend")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--threads", threads, "CPU backend threads (0: all cores)");
   try {
@@ -248,6 +251,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (!checkpoint_dir.empty()) return soartune::engine::worker::write_checkpoint(trial, checkpoint_dir);
     return soartune::engine::worker::run(trial, backend, threads);
   } catch (const std::bad_alloc& e) {
     soartune::WorkerResult r;
