@@ -151,6 +151,62 @@ TEST(GptqCheckpoint, RoundTripGivesTheSameWeightsAndLogits) {
   fs::remove_all(dir);
 }
 
+// tests/gptq_decode.py (numpy, written from the format's public description) dequantises every weight of a
+// written checkpoint to the engine's dequantised weights, bit for bit.
+TEST(GptqCheckpoint, IndependentDecoderGivesTheEnginesWeights) {
+  SKIP_WITHOUT_TINY_MODEL();
+  // Debian's interpreter first: another python3 earlier on PATH may lack Debian's python3-numpy.
+  std::string python;
+  for (const char* candidate : {"/usr/bin/python3", "python3"})
+    if (std::system((std::string(candidate) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0) {
+      python = candidate;
+      break;
+    }
+  if (python.empty()) GTEST_SKIP() << "python3-numpy is not installed (scripts/install-deps.sh installs it)";
+  const ModelWeights mine = quantised(mixed());
+  const fs::path dir = fresh_dir("decoder");
+  auto files = write_gptq_checkpoint(mine, tiny_model_dir(), (dir / "ckpt").string());
+  ASSERT_TRUE(files.ok()) << files.status().message;
+  // The engine's weights as fp32 [out][in], by checkpoint name.
+  std::vector<TensorToWrite> ref;
+  auto add = [&](const std::string& name, const QuantizedLinear& l) {
+    std::vector<float> w(static_cast<std::size_t>(l.out) * l.in);
+    dequantize_rows(l, 0, l.out, w.data());
+    TensorToWrite t{name + ".weight", TensorDtype::kF32, {l.out, l.in}, std::vector<uint8_t>(w.size() * 4)};
+    std::memcpy(t.bytes.data(), w.data(), t.bytes.size());
+    ref.push_back(std::move(t));
+  };
+  add("model.embed_tokens", mine.embed);
+  add("lm_head", mine.lm_head);
+  for (std::size_t i = 0; i < mine.layers.size(); ++i) {
+    const LayerWeights& l = mine.layers[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "self_attn.q_proj", l.wq);
+    add(p + "self_attn.k_proj", l.wk);
+    add(p + "self_attn.v_proj", l.wv);
+    add(p + "self_attn.o_proj", l.wo);
+    add(p + "mlp.gate_proj", l.w_gate);
+    add(p + "mlp.up_proj", l.w_up);
+    add(p + "mlp.down_proj", l.w_down);
+  }
+  ASSERT_TRUE(write_safetensors((dir / "reference.safetensors").string(), ref).ok());
+  const std::string cmd = python + " " + std::string(SOARTUNE_SOURCE_DIR) + "/tests/gptq_decode.py " + (dir / "ckpt").string() + " " +
+                          (dir / "reference.safetensors").string();
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["checked"], 2 + 7 * 6);
+  EXPECT_EQ(j["quantised"], 1 + 7 * 6 - 3);   // the lm_head and every projection but layer 2's MLP
+  EXPECT_TRUE(j["mismatches"].empty()) << out;
+  fs::remove_all(dir);
+}
+
 TEST(GptqCheckpoint, PackingFollowsTheFormat) {
   // 16 inputs x 8 outputs, 4-bit, groups of 8: code of (o, i) = (i + o) % 15 - 7.
   QuantizedLinear l;
