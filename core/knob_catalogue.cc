@@ -141,6 +141,12 @@ std::vector<KnobSpec> build_catalogue() {
        checkpoint("a quantised lm_head belongs in the checkpoint (GPTQ 'lm_head: true')"),
        get_int<&LaunchConfig::lm_head_bits>, set_int<&LaunchConfig::lm_head_bits>)
       .values = weight_bit_values();
+  knob("quant_method", "qmethod", KnobType::kString, S("rtn"),
+       "how quantised weights are chosen: rtn = round to nearest; gptq = GPTQ error compensation from calibration "
+       "activations (the trial's calibration settings)",
+       checkpoint("the quantised checkpoint's codes are chosen by this method when it is written"),
+       get_string<&LaunchConfig::quant_method>, set_string<&LaunchConfig::quant_method>)
+      .values = {S("rtn"), S("gptq")};
 
   // KV cache.
   {

@@ -56,6 +56,7 @@ struct LaunchConfig {
   int mlp_bits = 0;                            // MLP projections; 0 = unset
   std::map<int, LayerOverride> layer_overrides;
   int lm_head_bits = 16;                       // embeddings stay 16-bit
+  std::string quant_method = "rtn";            // rtn: round to nearest; gptq: Hessian error compensation
   // KV cache
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kBF16;
   int kv_page_size = 16;                       // tokens per page

@@ -13,8 +13,17 @@
 
 namespace soartune::engine {
 
-Status quantize_linear(QuantizedLinear& l, int bits, int group_size) {
-  if (bits == 16) return Status::Ok();
+float quant_scale(float amax, int bits) {
+  const int qmax = (1 << (bits - 1)) - 1;
+  // Scales are held at fp16 precision: a GPTQ checkpoint stores them as fp16 (engine/gptq_checkpoint.h), so
+  // what a trial measures is exactly what the exported checkpoint serves. A scale fp16 cannot hold (no
+  // weight of a trained model comes near) keeps fp32 and the exporter refuses it.
+  const float scale = amax > 0.f ? amax / static_cast<float>(qmax) : 1.f;
+  const float scale16 = kernels::fp16_to_f32(kernels::f32_to_fp16(scale));
+  return std::isfinite(scale16) && scale16 > 0.f ? scale16 : scale;
+}
+
+Status check_quantizable(const QuantizedLinear& l, int bits, int group_size) {
   if (bits != 8 && bits != 4) return core::disallowed(*core::find_knob("weight_bits"), std::to_string(bits), "launch.weight_bits");
   if (l.bits != 16)
     return Status::Invalid("launch.weight_bits: the model's weights are already quantised (a GPTQ checkpoint); keep every weight "
@@ -23,6 +32,12 @@ Status quantize_linear(QuantizedLinear& l, int bits, int group_size) {
     return Status::Invalid("launch.weight_group_size: " + std::to_string(group_size) + " does not divide the input width " +
                            std::to_string(l.in) + "; allowed: " + core::find_knob("weight_group_size")->allowed_text() +
                            " (0 = per output channel; a group must divide the input width)");
+  return Status::Ok();
+}
+
+Status quantize_linear(QuantizedLinear& l, int bits, int group_size) {
+  if (bits == 16) return Status::Ok();
+  if (Status s = check_quantizable(l, bits, group_size); !s.ok()) return s;
   const int qmax = (1 << (bits - 1)) - 1;
   const int gsize = group_size == 0 ? l.in : group_size;
   const int gpr = l.in / gsize;
@@ -37,12 +52,7 @@ Status quantize_linear(QuantizedLinear& l, int bits, int group_size) {
       const float* w = row.data() + static_cast<std::size_t>(g) * gsize;
       float amax = 0.f;
       for (int i = 0; i < gsize; ++i) amax = std::max(amax, std::fabs(w[i]));
-      // Scales are held at fp16 precision: a GPTQ checkpoint stores them as fp16 (engine/gptq_checkpoint.h), so
-      // what a trial measures is exactly what the exported checkpoint serves. A scale fp16 cannot hold (no
-      // weight of a trained model comes near) keeps fp32 and the exporter refuses it.
-      float scale = amax > 0.f ? amax / static_cast<float>(qmax) : 1.f;
-      const float scale16 = kernels::fp16_to_f32(kernels::f32_to_fp16(scale));
-      if (std::isfinite(scale16) && scale16 > 0.f) scale = scale16;
+      const float scale = quant_scale(amax, bits);
       l.scales[static_cast<std::size_t>(o) * gpr + g] = scale;
       int8_t* q = l.q.data() + static_cast<std::size_t>(o) * l.in + static_cast<std::size_t>(g) * gsize;
       for (int i = 0; i < gsize; ++i) {

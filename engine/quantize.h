@@ -16,6 +16,13 @@ namespace soartune::engine {
 // Fails (naming launch.weight_group_size) when a group size does not divide a projection's input width.
 Status quantize_model(ModelWeights& w, const LaunchConfig& launch);
 
+// The scale of a group whose largest magnitude is `amax`: amax / (2^(bits-1) - 1) at fp16 precision (1 for an
+// all-zero group). The one rule RTN and GPTQ (gptq_quantize.h) share.
+float quant_scale(float amax, int bits);
+
+// Checks that `l` (16-bit) can be quantised to `bits` with `group_size`: errors name the launch knob.
+Status check_quantizable(const QuantizedLinear& l, int bits, int group_size);
+
 // One linear from 16-bit to `bits` (8 or 4) with `group_size`; 16 leaves it as is.
 Status quantize_linear(QuantizedLinear& l, int bits, int group_size);
 

@@ -19,6 +19,7 @@
 #include "engine/system_memory.h"
 #include "engine/worker/accuracy.h"
 #include "engine/worker/tiers.h"
+#include "engine/worker/quantize_trial.h"
 #include "engine/worker/trial.h"
 #include "engine/worker/write_checkpoint.h"
 
@@ -167,7 +168,11 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   }
 
   const auto t_quant = std::chrono::steady_clock::now();
-  if (Status s = quantize_model(weights, trial.launch); !s.ok()) return fail(s, true);
+  auto quantised = quantize_for_trial(weights, trial);
+  if (!quantised.ok()) return fail(quantised.status(), is_config_error(quantised.status()));
+  if (quantised.value().method == "gptq")
+    spdlog::info("quantised by gptq in {:.1f} s ({} calibration sequences{})", quantised.value().seconds,
+                 quantised.value().calibration_sequences, quantised.value().cached ? ", from the cache" : "");
   options.launch = trial.launch;
   if (kv_sequences)
     options.kv_pages = std::min(kv_sequences, trial.launch.max_running_requests) * pages_for(options.max_context, trial.launch.kv_page_size);

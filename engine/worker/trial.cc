@@ -27,7 +27,7 @@ Result<TrialSpec> load_trial(const std::string& path) {
     return Status::Invalid("trial: " + path + " cannot be read as YAML: " + e.what());
   }
   if (!root.IsMap()) return Status::Invalid("trial: " + path + " is not a YAML mapping");
-  static const char* kKeys[] = {"model", "backend", "seed", "launch", "layer_overrides", "workload", "tiers", "accuracy", "reference", "name"};
+  static const char* kKeys[] = {"model", "backend", "seed", "launch", "layer_overrides", "workload", "tiers", "accuracy", "calibration", "reference", "name"};
   for (const auto& kv : root) {
     const std::string k = kv.first.as<std::string>();
     // Unknown top-level keys are tolerated (a newer exporter may add some); knobs inside launch are not.
@@ -80,6 +80,22 @@ Result<TrialSpec> load_trial(const std::string& path) {
     if (a["samples"]) if (Status s = int_field(a["samples"], "accuracy.samples", 1, &t.accuracy.samples); !s.ok()) return s;
     if (a["prompt_len"]) if (Status s = int_field(a["prompt_len"], "accuracy.prompt_len", 1, &t.accuracy.prompt_len); !s.ok()) return s;
     if (a["continuation_len"]) if (Status s = int_field(a["continuation_len"], "accuracy.continuation_len", 1, &t.accuracy.continuation_len); !s.ok()) return s;
+  }
+  if (const YAML::Node c = root["calibration"]) {
+    if (!c.IsMap()) return Status::Invalid("calibration: must be a mapping {set, samples, damp_pct, cache_dir}");
+    if (c["set"]) {
+      t.calibration.set = c["set"].IsScalar() ? c["set"].Scalar() : "";
+      if (!std::filesystem::exists(t.calibration.set))
+        return Status::Invalid("calibration.set: " + t.calibration.set + " is not an existing .jsonl file");
+    }
+    if (c["samples"]) if (Status s = int_field(c["samples"], "calibration.samples", 1, &t.calibration.samples); !s.ok()) return s;
+    if (c["damp_pct"]) {
+      double d = 0;
+      if (!c["damp_pct"].IsScalar() || !YAML::convert<double>::decode(c["damp_pct"], d) || !(d > 0 && d <= 100))
+        return Status::Invalid("calibration.damp_pct: must be a number in (0, 100]");
+      t.calibration.damp_pct = d;
+    }
+    if (c["cache_dir"]) t.calibration.cache_dir = c["cache_dir"].IsScalar() ? c["cache_dir"].Scalar() : "";
   }
   if (const YAML::Node r = root["reference"]) {
     if (!r.IsMap() && !r.IsNull()) return Status::Invalid("reference: must be a mapping {write, read}");

@@ -18,6 +18,16 @@ struct AccuracySpec {
   int continuation_len = 16;         // synthetic (and .jsonl sets without continuation_ids)
 };
 
+// Calibration of quant_method gptq: the accuracy set's rows after the `accuracy.samples` measured ones (never a
+// measured row), or a named .jsonl set (its first `samples` rows).
+struct CalibrationSpec {
+  std::string set;                   // empty: the accuracy set, after its measured rows; else a .jsonl path
+  int samples = 32;                  // sequences (prompt + continuation)
+  double damp_pct = 1.0;             // Hessian damping, percent of the mean of its diagonal
+  std::string cache_dir;             // quantised weights kept per (model, method, bits, groups, overrides,
+                                     // calibration); empty: $XDG_CACHE_HOME or $HOME/.cache, /soartune/quantized
+};
+
 struct TrialSpec {
   std::string model;
   std::string backend = "auto";      // auto | cpu | cuda
@@ -26,6 +36,7 @@ struct TrialSpec {
   Workload workload;
   std::vector<int> tiers = {1, 8, 0};
   AccuracySpec accuracy;
+  CalibrationSpec calibration;
   std::string reference_write, reference_read;
 };
 

@@ -7,7 +7,7 @@
 
 #include "engine/gptq_checkpoint.h"
 #include "engine/model_loader.h"
-#include "engine/quantize.h"
+#include "engine/worker/quantize_trial.h"
 #include "engine/worker/trial.h"
 
 namespace soartune::engine::worker {
@@ -28,10 +28,11 @@ int write_or_throw(const std::string& trial_path, const std::string& dir) {
     return fail("model: " + t.model + " has no source checkpoint to copy the tokenizer and 16-bit tensors from; allowed: hf:<dir>");
   auto w = load_model(t.model, t.seed);
   if (!w.ok()) return fail(w.status().message);
-  if (Status s = quantize_model(w.value(), t.launch); !s.ok()) return fail(s.message);
+  auto q = quantize_for_trial(w.value(), t);
+  if (!q.ok()) return fail(q.status().message);
   GptqWriteOptions options;
   options.quantizer = std::string("soartune:") + SOARTUNE_VERSION;
-  options.method = "rtn";
+  options.method = q.value().method;
   auto files = write_gptq_checkpoint(w.value(), t.model.substr(3), dir, options);
   if (!files.ok()) return fail(files.status().message);
   spdlog::info("wrote a GPTQ checkpoint of {} into {} ({} files)", t.model, dir, files.value().size());

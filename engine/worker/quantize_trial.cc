@@ -1,0 +1,108 @@
+#include "engine/worker/quantize_trial.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/gptq_quantize.h"
+#include "engine/quant_cache.h"
+#include "engine/quantize.h"
+#include "engine/worker/accuracy.h"
+
+namespace soartune::engine::worker {
+
+namespace {
+
+// Calibration sequences: a named set's first rows, or the accuracy set's rows after the measured ones.
+Result<std::vector<std::vector<int32_t>>> calibration_sequences(const TrialSpec& t, int vocab) {
+  AccuracySpec spec = t.accuracy;
+  int skip = t.accuracy.samples;
+  if (!t.calibration.set.empty()) {
+    spec.set = t.calibration.set;
+    skip = 0;
+  }
+  spec.samples = skip + t.calibration.samples;
+  auto set = load_accuracy_set(spec, t.seed, vocab);
+  if (!set.ok()) return Status::Invalid("calibration.set: " + set.status().message);
+  std::vector<std::vector<int32_t>> seqs;
+  for (std::size_t i = static_cast<std::size_t>(skip); i < set.value().items.size(); ++i) {
+    std::vector<int32_t> s = set.value().items[i].prompt;
+    s.insert(s.end(), set.value().items[i].continuation.begin(), set.value().items[i].continuation.end());
+    seqs.push_back(std::move(s));
+  }
+  if (seqs.empty())
+    return Status::Invalid("calibration.samples: " + spec.set + " has no rows after the " + std::to_string(skip) +
+                           " the accuracy is measured on; name a calibration.set");
+  return seqs;
+}
+
+std::string default_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/soartune/quantized";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/soartune/quantized";
+  return "";
+}
+
+// Everything the quantised weights depend on.
+std::string cache_key(const TrialSpec& t) {
+  std::ostringstream k;
+  const LaunchConfig& l = t.launch;
+  k << "model=" << t.model << ";seed=" << t.seed << ";method=" << l.quant_method << ";bits=" << l.weight_bits
+    << ";group=" << l.weight_group_size << ";attn=" << l.attn_weight_bits << ";edge=" << l.edge_layers_bits
+    << ";softmax=" << l.softmax_attn_bits << ";lightning=" << l.lightning_attn_bits << ";mlp=" << l.mlp_bits
+    << ";lm_head=" << l.lm_head_bits << ";overrides=" << YAML::Dump(l.layer_overrides_yaml())
+    << ";calibration=" << (t.calibration.set.empty() ? t.accuracy.set + "@" + std::to_string(t.accuracy.samples) : t.calibration.set)
+    << ";samples=" << t.calibration.samples << ";damp=" << t.calibration.damp_pct;
+  if (t.accuracy.set == "synthetic" && t.calibration.set.empty())
+    k << ";prompt_len=" << t.accuracy.prompt_len << ";continuation_len=" << t.accuracy.continuation_len;
+  return k.str();
+}
+
+bool quantises(const LaunchConfig& l, int layers) {
+  if (l.lm_head_bits < 16) return true;
+  for (int i = 0; i < layers; ++i)
+    for (ProjKind k : {ProjKind::kAttn, ProjKind::kLightningAttn, ProjKind::kMlp})
+      if (l.weight_bits_for(i, layers, k) < 16) return true;
+  return false;
+}
+
+}  // namespace
+
+Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  QuantizeReport r;
+  r.method = t.launch.quant_method;
+  auto done = [&]() -> Result<QuantizeReport> {
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  };
+  if (r.method != "gptq" || !quantises(t.launch, static_cast<int>(w.layers.size()))) {
+    if (Status s = quantize_model(w, t.launch); !s.ok()) return s;
+    return done();
+  }
+  const std::string dir = t.calibration.cache_dir.empty() ? default_cache_dir() : t.calibration.cache_dir;
+  const std::string key = cache_key(t);
+  if (!dir.empty()) {
+    r.cache_file = quantized_cache_file(dir, key);
+    auto hit = load_quantized(w, r.cache_file, key);
+    if (hit.ok() && hit.value()) {
+      r.cached = true;
+      spdlog::info("gptq: quantised weights from the cache {}", r.cache_file);
+      return done();
+    }
+  }
+  auto seqs = calibration_sequences(t, w.config.vocab);
+  if (!seqs.ok()) return seqs.status();
+  r.calibration_sequences = static_cast<int>(seqs.value().size());
+  GptqOptions options;
+  options.damp_pct = t.calibration.damp_pct;
+  if (Status s = gptq_quantize_model(w, t.launch, seqs.value(), options); !s.ok()) return s;
+  if (!dir.empty()) {
+    if (Status s = save_quantized(w, r.cache_file, key); !s.ok()) spdlog::warn("gptq: not cached: {}", s.message);
+  }
+  return done();
+}
+
+}  // namespace soartune::engine::worker

@@ -1,0 +1,150 @@
+// GPTQ (engine/gptq_quantize.h): on one linear it equals RTN when the inputs are uncorrelated and beats it on
+// the layer's output when they are correlated; on the shared tiny model, W4 g128 GPTQ agrees with the 16-bit
+// model's teacher-forced top-1 more often than RTN, calibrated on eval rows the agreement is not measured on.
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include <Eigen/Dense>
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/gptq_quantize.h"
+#include "engine/model_loader.h"
+#include "engine/quantize.h"
+#include "kernels/numeric_formats.h"
+#include "tiny_model.h"
+
+namespace soartune::engine {
+namespace {
+
+using testing::read_jsonl;
+using testing::tiny_model_dir;
+
+QuantizedLinear random_linear(int out, int in, std::mt19937& rng) {
+  std::normal_distribution<float> n(0.f, 0.05f);
+  QuantizedLinear l;
+  l.out = out;
+  l.in = in;
+  for (int k = 0; k < out * in; ++k) l.w16.push_back(kernels::f32_to_bf16(n(rng)));
+  return l;
+}
+
+Eigen::MatrixXf weights(const QuantizedLinear& l) {
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w(l.out, l.in);
+  dequantize_rows(l, 0, l.out, w.data());
+  return w;
+}
+
+std::vector<double> hessian_of(const Eigen::MatrixXf& x) {
+  const Eigen::MatrixXd h = 2.0 / static_cast<double>(x.rows()) * (x.cast<double>().transpose() * x.cast<double>());
+  return {h.data(), h.data() + h.size()};
+}
+
+TEST(GptqLinear, EqualsRtnWhenTheHessianIsDiagonal) {
+  std::mt19937 rng(1);
+  const QuantizedLinear l = random_linear(48, 256, rng);
+  QuantizedLinear rtn = l, gptq = l;
+  ASSERT_TRUE(quantize_linear(rtn, 4, 64).ok());
+  std::vector<double> h(256 * 256, 0.0);
+  for (int i = 0; i < 256; ++i) h[static_cast<std::size_t>(i) * 257] = 1.0 + i % 7;   // no correlations: nothing to compensate
+  ASSERT_TRUE(gptq_quantize_linear(gptq, 4, 64, h, {}).ok());
+  EXPECT_TRUE(gptq.q == rtn.q);
+  EXPECT_TRUE(gptq.scales == rtn.scales);
+}
+
+TEST(GptqLinear, LowersTheOutputErrorOnCorrelatedInputs) {
+  std::mt19937 rng(2);
+  const QuantizedLinear l = random_linear(64, 256, rng);
+  // Correlated inputs: 512 samples of a 32-dimensional latent mixed into 256 inputs, plus noise.
+  std::normal_distribution<float> n(0.f, 1.f);
+  Eigen::MatrixXf z(512, 32), mix(32, 256), noise(512, 256);
+  for (int i = 0; i < z.size(); ++i) z.data()[i] = n(rng);
+  for (int i = 0; i < mix.size(); ++i) mix.data()[i] = n(rng);
+  for (int i = 0; i < noise.size(); ++i) noise.data()[i] = 0.1f * n(rng);
+  const Eigen::MatrixXf x = z * mix + noise;
+  QuantizedLinear rtn = l, gptq = l;
+  ASSERT_TRUE(quantize_linear(rtn, 4, 64).ok());
+  ASSERT_TRUE(gptq_quantize_linear(gptq, 4, 64, hessian_of(x), {}).ok());
+  const Eigen::MatrixXf y = x * weights(l).transpose();
+  const double e_rtn = (x * weights(rtn).transpose() - y).squaredNorm(), e_gptq = (x * weights(gptq).transpose() - y).squaredNorm();
+  std::printf("output squared error: rtn %.4g, gptq %.4g\n", e_rtn, e_gptq);
+  EXPECT_LT(e_gptq, 0.5 * e_rtn);
+  // The codes stay on the format's symmetric grid.
+  for (int8_t q : gptq.q) EXPECT_LE(std::abs(static_cast<int>(q)), 7);
+}
+
+constexpr int kPassages = 16;      // the measured rows: eval_public.jsonl 0..15
+constexpr int kCalibration = 16;   // calibration rows: 16..31, never measured
+
+std::vector<std::vector<int32_t>> top1(const ModelWeights& w, const LaunchConfig& launch) {
+  EngineOptions o;
+  o.launch = launch;
+  o.launch.max_running_requests = kPassages;
+  o.max_context = 256;
+  auto e = Engine::create(make_cpu_backend(), w, o);
+  EXPECT_TRUE(e.ok()) << e.status().message;
+  const auto rows = read_jsonl(tiny_model_dir() + "/eval_public.jsonl");
+  for (int i = 0; i < kPassages; ++i)
+    EXPECT_TRUE(e.value()->add_teacher_forced(rows[i]["prompt_ids"].get<std::vector<int32_t>>(),
+                                              rows[i]["continuation_ids"].get<std::vector<int32_t>>()).ok());
+  EXPECT_TRUE(e.value()->run_until_idle().ok());
+  std::vector<std::vector<int32_t>> out(kPassages);
+  for (auto& f : e.value()->take_finished()) out[static_cast<std::size_t>(f.id)] = f.output;
+  return out;
+}
+
+double agreement_pct(const std::vector<std::vector<int32_t>>& a, const std::vector<std::vector<int32_t>>& b) {
+  int64_t same = 0, n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t k = 0; k < a[i].size(); ++k) {
+      same += a[i][k] == b[i][k];
+      ++n;
+    }
+  return 100.0 * same / n;
+}
+
+TEST(GptqModel, W4G128AgreesWithSixteenBitMoreThanRtn) {
+  SKIP_WITHOUT_TINY_MODEL();
+  auto base = load_model("hf:" + tiny_model_dir());
+  ASSERT_TRUE(base.ok()) << base.status().message;
+  const auto rows = read_jsonl(tiny_model_dir() + "/eval_public.jsonl");
+  std::vector<std::vector<int32_t>> calibration;
+  for (int i = kPassages; i < kPassages + kCalibration; ++i) {
+    std::vector<int32_t> s = rows[i]["prompt_ids"].get<std::vector<int32_t>>();
+    for (int32_t t : rows[i]["continuation_ids"].get<std::vector<int32_t>>()) s.push_back(t);
+    calibration.push_back(std::move(s));
+  }
+  LaunchConfig w4;
+  w4.weight_bits = 4;
+  w4.weight_group_size = 128;
+  const auto ref = top1(base.value(), LaunchConfig::reference());
+  ModelWeights rtn = base.value(), gptq = base.value();
+  ASSERT_TRUE(quantize_model(rtn, w4).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  // Damping 10% of the mean diagonal: on this model 1% (the paper's default) gains about 3 points over RTN
+  // with 16 to 40 calibration rows, 10% about 4.5 (measured 2026-12-04; the gain moves by about a point with
+  // the calibration rows).
+  GptqOptions options;
+  options.damp_pct = 10.0;
+  const Status s = gptq_quantize_model(gptq, w4, calibration, options);
+  ASSERT_TRUE(s.ok()) << s.message;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double a_rtn = agreement_pct(ref, top1(rtn, w4)), a_gptq = agreement_pct(ref, top1(gptq, w4));
+  std::printf("top-1 agreement with 16-bit, W4 g128: rtn %.2f%%, gptq %.2f%% (gptq took %.1f s, %d calibration rows, damp 10%%)\n",
+              a_rtn, a_gptq, secs, kCalibration);
+  EXPECT_GE(a_gptq, a_rtn + 4.0);
+}
+
+TEST(GptqModel, RefusesMiniCpmSala) {
+  auto w = load_model("synthetic:tiny-sala");
+  ASSERT_TRUE(w.ok()) << w.status().message;
+  LaunchConfig w4;
+  w4.weight_bits = 4;
+  const Status s = gptq_quantize_model(w.value(), w4, {{1, 2, 3}});
+  EXPECT_EQ(s.code, Code::kInvalidArgument);
+  EXPECT_EQ(s.message.rfind("launch.quant_method:", 0), 0u) << s.message;
+}
+
+}  // namespace
+}  // namespace soartune::engine
