@@ -20,9 +20,10 @@ TEST(LaunchKnobsTest, CatalogueHasEveryKnobOnceWithAnAllowedDefault) {
                         "kv_page_size", "mem_fraction_pct", "max_running_requests", "max_prefill_tokens",
                         "prefill_max_requests", "gemv_variant", "decode_kv_splits", "prefill_attn_block",
                         "cuda_graphs", "cuda_graph_max_bs", "softmax_attn_bits", "lightning_attn_bits", "mlp_bits",
-                        "lightning_state_dtype", "lightning_chunk", "sparse_attention", "sparse_topk", "sparse_window"})
+                        "lightning_state_dtype", "lightning_chunk", "sparse_attention", "sparse_topk", "sparse_window",
+                        "quant_method"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 24u);
+  EXPECT_EQ(names.size(), 25u);
 }
 
 TEST(LaunchKnobsTest, DefaultsAreTheReferenceConfig) {
