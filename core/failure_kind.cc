@@ -7,7 +7,7 @@ namespace soartune {
 
 namespace {
 
-constexpr std::array<std::pair<FailureKind, const char*>, 12> kNames = {{
+constexpr std::array<std::pair<FailureKind, const char*>, 14> kNames = {{
     {FailureKind::kNone, ""},
     {FailureKind::kInvalidConfig, "invalid_config"},
     {FailureKind::kOutOfMemory, "out_of_memory"},
@@ -20,6 +20,8 @@ constexpr std::array<std::pair<FailureKind, const char*>, 12> kNames = {{
     {FailureKind::kCancelled, "cancelled"},
     {FailureKind::kRestart, "restart"},
     {FailureKind::kUnknown, "unknown"},
+    {FailureKind::kNodeFailure, "node_failure"},
+    {FailureKind::kPreempted, "preempted"},
 }};
 
 }  // namespace
@@ -42,6 +44,8 @@ bool is_about_the_config(FailureKind k) {
     case FailureKind::kNotStarted:
     case FailureKind::kCancelled:
     case FailureKind::kRestart:
+    case FailureKind::kNodeFailure:
+    case FailureKind::kPreempted:
       return false;
     default:
       return true;

@@ -20,6 +20,8 @@ enum class FailureKind {
   kCancelled,       // killed on purpose: CancelJob or the daemon shutting down
   kRestart,         // left RUNNING when the daemon died; failed on restart
   kUnknown,         // recorded before failure kinds were stored
+  kNodeFailure,     // the scheduler lost the node (Slurm NODE_FAIL, BOOT_FAIL) or the job with it
+  kPreempted,       // the scheduler took the node back for other work (Slurm PREEMPTED)
 };
 
 // "invalid_config", "out_of_memory", ...; "" for kNone. The names the store and the JSON API use.
@@ -29,7 +31,7 @@ std::optional<FailureKind> failure_kind_from_string(std::string_view s);
 // Whether the failure says something about the config that ran (so the failure model should learn from it):
 // true for what the config can cause (invalid, out of memory, crash, timeout, bad output, exit code, worker
 // error; unknown counts too, as before kinds were stored); false for what happened to the run from outside
-// (not started, cancelled, daemon restart).
+// (not started, cancelled, daemon restart, node failure, preemption).
 bool is_about_the_config(FailureKind k);
 
 }  // namespace soartune

@@ -54,9 +54,27 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
           else if (k == "timezone") cfg.submissions_timezone = s.second.as<std::string>();
           else return Status::Invalid("submissions." + k + ": unknown field; allowed: per_day, timezone");
         }
+      } else if (key == "executor") cfg.executor = v.as<std::string>();
+      else if (key == "slurm") {
+        if (!v.IsMap()) return Status::Invalid("slurm: must be a mapping {jobs, device, sbatch_args, poll_s, bin_dir}");
+        for (const auto& s : v) {
+          const std::string k = s.first.Scalar();
+          if (k == "jobs") cfg.slurm.jobs = s.second.as<int>();
+          else if (k == "device") cfg.slurm.device = s.second.as<std::string>();
+          else if (k == "poll_s") cfg.slurm.poll_s = s.second.as<double>();
+          else if (k == "bin_dir") cfg.slurm.bin_dir = relative_to(s.second.as<std::string>(), base);
+          else if (k == "sbatch_args") {
+            if (!s.second.IsSequence()) return Status::Invalid("slurm.sbatch_args: must be a list such as [--gres=gpu:1]");
+            cfg.slurm.sbatch_args.clear();
+            for (const auto& a : s.second) cfg.slurm.sbatch_args.push_back(a.as<std::string>());
+          } else {
+            return Status::Invalid("slurm." + k + ": unknown field; allowed: jobs, device, sbatch_args, poll_s, bin_dir");
+          }
+        }
       } else {
         return Status::Invalid(key + ": unknown field; allowed: listen, port_file, database, worker, workloads_dir, "
-                               "work_dir, parallel_trials, devices, trial_timeout_s, log_level, submissions");
+                               "work_dir, parallel_trials, devices, trial_timeout_s, log_level, submissions, "
+                               "executor, slurm");
       }
     }
   } catch (const YAML::Exception& e) {
@@ -78,13 +96,25 @@ Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, cons
   cfg.work_dir = fs::absolute(cfg.work_dir, ec).string();
   cfg.workloads_dir = fs::absolute(cfg.workloads_dir, ec).string();
   if (cfg.parallel_trials < 1) return Status::Invalid("parallel_trials: must be >= 1");
+  if (cfg.executor != "local" && cfg.executor != "slurm")
+    return Status::Invalid("executor: '" + cfg.executor + "' is not one of local, slurm");
+  if (cfg.executor == "slurm") {
+    if (cfg.slurm.jobs < 1) return Status::Invalid("slurm.jobs: must be >= 1");
+    if (!(cfg.slurm.poll_s > 0)) return Status::Invalid("slurm.poll_s: must be > 0");
+    const std::string& d = cfg.slurm.device;
+    if (d != "cpu" && d.rfind("cuda:", 0) != 0)
+      return Status::Invalid("slurm.device: '" + d + "' is not cpu or cuda:<index>");
+    // Slurm places each job: the daemon's slots are its jobs in flight, each telling the worker slurm.device.
+    cfg.devices.assign(static_cast<size_t>(cfg.slurm.jobs), d);
+    cfg.parallel_trials = cfg.slurm.jobs;
+  }
   if (cfg.devices.empty()) return Status::Invalid("devices: must name at least one device (e.g. cpu)");
   for (size_t i = 0; i < cfg.devices.size(); ++i) {
     const std::string& d = cfg.devices[i];
     // "cpu:<n>" names extra CPU slots, for hosts with cores enough to time trials side by side.
     if (d != "cpu" && d.rfind("cpu:", 0) != 0 && d.rfind("cuda:", 0) != 0)
       return Status::Invalid("devices[" + std::to_string(i) + "]: '" + d + "' is not cpu, cpu:<n> or cuda:<index>");
-    for (size_t j = 0; j < i; ++j)
+    for (size_t j = 0; j < i && cfg.executor == "local"; ++j)
       if (cfg.devices[j] == d) return Status::Invalid("devices[" + std::to_string(i) + "]: " + d + " listed twice");
   }
   if (cfg.trial_timeout_s <= 0) return Status::Invalid("trial_timeout_s: must be > 0");

@@ -10,6 +10,16 @@
 
 namespace soartune::daemon {
 
+// executor: slurm. Each trial is one Slurm job (sbatch); its trial file, stdout, stderr and exit status live in
+// the daemon's work dir, which must be on a filesystem the compute nodes share.
+struct SlurmConfig {
+  int jobs = 1;                            // Slurm jobs in flight at once (the daemon's trial slots)
+  std::string device = "cpu";              // what the worker is told it runs on ("cuda:0": the GPU Slurm gave it)
+  std::vector<std::string> sbatch_args;    // e.g. [--gres=gpu:1, --partition=gpu, --cpus-per-task=16]
+  double poll_s = 2;                       // how often a running job's state is asked of Slurm
+  std::string bin_dir;                     // where sbatch, squeue and scancel are; empty: PATH
+};
+
 struct DaemonConfig {
   std::string listen = "127.0.0.1:50051";   // port 0: pick a free port (reported in port_file and the log)
   std::string port_file;                    // where the bound port is written, if set
@@ -23,6 +33,8 @@ struct DaemonConfig {
   std::string log_level = "info";
   int submissions_per_day = search::kDefaultSubmissionsPerDay;
   std::string submissions_timezone = search::kDefaultBudgetTimeZone;
+  std::string executor = "local";           // local: worker processes on this host; slurm: one Slurm job per trial
+  SlurmConfig slurm;
 };
 
 // Reads `path` (YAML) into `cfg`; unknown keys and bad values are errors naming the key. Relative paths in

@@ -118,8 +118,9 @@ struct JobManager::RunningTrial {
   bool is_reference = false;
   std::string trial_file;
   double timeout_s = 0;
-  CancelFlag cancel;
   std::string cancel_reason;
+  TrialControl control;
+  int64_t attach_to = 0;       // a Slurm job an earlier daemon started for this trial: wait for it, do not start one
   std::thread th;
   std::atomic<bool> done{false};
 };
@@ -144,12 +145,16 @@ struct JobManager::JobRun {
 };
 
 JobManager::JobManager(DaemonConfig cfg, std::unique_ptr<Store> store)
-    : cfg_(std::move(cfg)), store_(std::move(store)), device_busy_(cfg_.devices.size(), false) {}
+    : cfg_(std::move(cfg)),
+      store_(std::move(store)),
+      device_busy_(cfg_.devices.size(), false),
+      executor_(make_executor(cfg_)) {}
 
 JobManager::~JobManager() { shutdown(); }
 
 Status JobManager::start() {
-  Result<int> failed = with_store([](Store& s) { return s.fail_running_trials(kRestartReason); });
+  const bool reattach = executor_->trials_outlive_daemon();
+  Result<int> failed = with_store([&](Store& s) { return s.fail_running_trials(kRestartReason, reattach); });
   if (!failed.ok()) return failed.status();
   if (failed.value() > 0) spdlog::warn("marked {} trial(s) left RUNNING by a crash as FAILED ({})", failed.value(), kRestartReason);
   std::vector<JobRecord> resume = with_store([](Store& s) {
@@ -279,6 +284,27 @@ Status JobManager::start_runner(const JobRecord& job, std::shared_ptr<const JobS
   {
     std::lock_guard<std::mutex> l(mu_);
     runs_[job.id] = run;
+  }
+  // Trials an earlier daemon left running in Slurm: wait for them again, each in a slot of its own.
+  std::vector<TrialRecord> left_running;
+  for (const auto& [n, t] : run->trials.all())
+    if (t.status == TrialStatus::kRunning && t.slurm_job_id != 0) left_running.push_back(t);
+  for (const TrialRecord& t : left_running) {
+    auto rt = std::make_shared<RunningTrial>();
+    rt->rec = t;
+    rt->device = acquire_device().value_or(-1);
+    rt->is_reference = t.is_reference;
+    rt->timeout_s = run->spec->trial_timeout_s.value_or(cfg_.trial_timeout_s);
+    char name[64];
+    std::snprintf(name, sizeof name, "trial-%04lld.yaml", static_cast<long long>(t.number));
+    rt->trial_file = (fs::path(run->work_dir) / name).string();
+    rt->attach_to = t.slurm_job_id;
+    {
+      std::lock_guard<std::mutex> l(run->m);
+      run->running[t.number] = rt;
+    }
+    JobRun* r = run.get();
+    rt->th = std::thread([this, r, rt] { run_trial(*r, rt); });
   }
   run->th = std::thread([this, run] { run_job(run); });
   return Status::Ok();
@@ -615,17 +641,46 @@ void JobManager::launch_trial(JobRun& run, int device, const search::Suggestion&
 }
 
 void JobManager::run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt) {
-  ProcessSpec ps;
-  ps.argv = {cfg_.worker, "--trial", rt->trial_file};
-  ps.cwd = run.work_dir;
-  ps.timeout_s = rt->timeout_s;
-  const std::string& dev = cfg_.devices[rt->device];
-  ps.env.emplace_back("SOARTUNE_DEVICE", dev);
-  if (dev.rfind("cuda:", 0) == 0) ps.env.emplace_back("CUDA_VISIBLE_DEVICES", dev.substr(5));
-  ProcessResult res = run_process(ps, &rt->cancel);
+  TrialLaunch launch;
+  launch.job_id = run.id;
+  launch.number = rt->rec.number;
+  launch.trial_file = rt->trial_file;
+  launch.work_dir = run.work_dir;
+  launch.device = rt->device >= 0 ? cfg_.devices[rt->device] : cfg_.devices.front();
+  launch.timeout_s = rt->timeout_s;
+  auto submitted = [&](int64_t slurm_job_id) {
+    // Stored before anything else can go wrong, so a daemon that dies from here on re-attaches to it.
+    if (Status st = with_store([&](Store& s) { return s.set_trial_slurm_job(run.id, launch.number, slurm_job_id); });
+        !st.ok())
+      spdlog::error("job {}: cannot record the Slurm job of trial {}: {}", run.id, launch.number, st.message);
+    std::lock_guard<std::mutex> l(run.m);
+    rt->rec.slurm_job_id = slurm_job_id;
+    if (const TrialRecord* t = run.trials.find(launch.number)) {
+      TrialRecord copy = *t;
+      copy.slurm_job_id = slurm_job_id;
+      run.trials.put(std::move(copy));
+    }
+  };
+  ExecutorOutcome ran = rt->attach_to ? executor_->attach(launch, rt->attach_to, rt->control)
+                                      : executor_->run(launch, rt->control, submitted);
+  if (ran.detached) {
+    // The trial runs on in Slurm and stays RUNNING in the store: the next daemon re-attaches to it.
+    spdlog::info("job {} trial {} left running in Slurm (job {})", run.id, launch.number, rt->rec.slurm_job_id);
+    rt->done = true;
+    release_device(rt->device);
+    return;
+  }
+  const ProcessResult& res = ran.process;
 
   TrialRecord rec = rt->rec;
   TrialOutcome o = interpret_worker_run(res, rt->timeout_s, rec);
+  if (ran.ended_by) {
+    // The scheduler ended the run before the worker could: its verdict is the trial's.
+    o.status = TrialStatus::kFailed;
+    o.error = ran.reason;
+    rec.failure_kind = *ran.ended_by;
+    rec.failure_code = 0;
+  }
   rec.status = o.status;
   rec.error = o.status == TrialStatus::kCancelled ? rt->cancel_reason : o.error;
   rec.finished_ms = now_ms();
@@ -675,11 +730,12 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
     for (auto& rt : done)
       if (rt->th.joinable()) rt->th.join();
   };
-  auto kill_all = [&](const std::string& reason) {
+  auto kill_all = [&](const std::string& reason, bool detach) {
     std::lock_guard<std::mutex> l(run.m);
     for (auto& [n, rt] : run.running) {
       rt->cancel_reason = reason;
-      rt->cancel.cancel();
+      if (detach) rt->control.detach = true;
+      else rt->control.cancel.cancel();
     }
   };
   auto end = [&] {
@@ -717,7 +773,8 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
     reap(false);
     if (run.cancel || run.stop) {
       bool cancelled = run.cancel;
-      kill_all(cancelled ? kCancelReason : kShutdownReason);
+      // A daemon shutting down leaves trials that outlive it running, for the next one to re-attach to.
+      kill_all(cancelled ? kCancelReason : kShutdownReason, !cancelled && executor_->trials_outlive_daemon());
       reap(true);
       if (cancelled) finish_job(run, JobState::kCancelled, "cancelled", "");
       break;

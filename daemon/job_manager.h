@@ -13,7 +13,9 @@
 //
 // Shutdown (SIGTERM): running workers are killed, their trials recorded CANCELLED ("daemon shut down"), and
 // the jobs stay RUNNING in the store, so the next start resumes them. A crash (kill -9) leaves RUNNING trials
-// behind; the next start marks them FAILED ("daemon restarted") and resumes the jobs as well.
+// behind; the next start marks them FAILED ("daemon restarted") and resumes the jobs as well. Where trials
+// outlive the daemon (executor: slurm, executor.h) both cases differ: a stopping daemon leaves them running in
+// Slurm, and the next start re-attaches to every RUNNING trial with a Slurm job id instead of failing it.
 #pragma once
 
 #include <atomic>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "daemon/daemon_config.h"
+#include "daemon/executor.h"
 #include "daemon/job_spec.h"
 #include "daemon/scored_trials.h"
 #include "daemon/store.h"
@@ -151,6 +154,7 @@ class JobManager {
   std::map<std::string, std::shared_ptr<const JobSpec>> specs_;
   std::map<std::string, std::vector<std::weak_ptr<Watcher>>> watchers_;
   std::vector<bool> device_busy_;
+  std::unique_ptr<Executor> executor_;
   std::atomic<bool> shutting_down_{false};
 };
 

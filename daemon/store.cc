@@ -92,7 +92,8 @@ void bind_job_fields(Statement& q, const JobRecord& j, int first) {
 constexpr const char* kTrialColumns =
     "t.job_id, t.number, t.status, t.params_json, t.relative_accuracy, t.accuracy_metric, t.score, t.gate, "
     "t.error, t.started_ms, t.finished_ms, t.log_tail, t.engine_build, t.device, t.peak_memory_bytes, "
-    "t.suggestion_json, t.result_json, t.is_reference, t.failure_kind, t.failure_code";
+    "t.suggestion_json, t.result_json, t.is_reference, t.failure_kind, t.failure_code, "
+    "t.slurm_job_id";
 
 TrialRecord read_trial(const Statement& q) {
   TrialRecord t;
@@ -116,6 +117,7 @@ TrialRecord read_trial(const Statement& q) {
   t.is_reference = q.int64(17) != 0;
   t.failure_kind = failure_kind_from_string(q.text(18)).value_or(FailureKind::kUnknown);
   t.failure_code = static_cast<int>(q.int64(19));
+  t.slurm_job_id = q.int64(20);
   return t;
 }
 
@@ -713,7 +715,19 @@ std::vector<TrialRecord> Store::trials_for_device_key(const std::string& device_
   return std::move(rows).value();
 }
 
-Result<int> Store::fail_running_trials(const std::string& reason) {
+Status Store::set_trial_slurm_job(const std::string& job_id, int64_t number, int64_t slurm_job_id) {
+  auto lease = impl_->lease();
+  if (!lease.ok()) return lease.status();
+  Connection& c = *lease.value();
+  auto q = Statement::prepare(c, "UPDATE trials SET slurm_job_id = ? WHERE job_id = ? AND number = ?");
+  if (!q.ok()) return q.status();
+  Status s = q.value().bind(1, slurm_job_id).bind(2, job_id).bind(3, number).run();
+  if (!s.ok()) return s;
+  if (c.changes() == 0) return Status::NotFound(trial_name(job_id, number) + " not found");
+  return Status::Ok();
+}
+
+Result<int> Store::fail_running_trials(const std::string& reason, bool keep_slurm_jobs) {
   auto lease = impl_->lease();
   if (!lease.ok()) return lease.status();
   Connection& c = *lease.value();
@@ -721,8 +735,9 @@ Result<int> Store::fail_running_trials(const std::string& reason) {
   if (!tx.ok()) return tx.status();
   auto q = Statement::prepare(c,
                               "UPDATE trials SET status = 'FAILED', error = ?, finished_ms = ?, "
-                              "failure_kind = 'restart' WHERE status = 'RUNNING'");
+                              "failure_kind = 'restart' WHERE status = 'RUNNING' AND (?3 = 0 OR slurm_job_id = 0)");
   if (!q.ok()) return q.status();
+  q.value().bind(3, keep_slurm_jobs ? 1 : 0);
   Status s = q.value().bind(1, reason).bind(2, now_ms()).run();
   if (!s.ok()) return s;
   const int n = static_cast<int>(c.changes());

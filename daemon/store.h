@@ -79,6 +79,7 @@ struct TrialRecord {
   int failure_code = 0;            // the signal (crash) or exit status (exit_code); 0 otherwise
   std::vector<KernelPlan> plans;   // the kernel choices the worker reported
   std::map<std::string, std::string> env;   // the timing-relevant environment the worker ran with
+  int64_t slurm_job_id = 0;        // the Slurm job it runs as (executor: slurm); 0 for the local executor
 };
 
 struct OfficialResult {
@@ -139,9 +140,12 @@ class Store {
   std::vector<TrialRecord> trials_for_device_key(const std::string& device_key,
                                                  const std::string& exclude_job) const;
 
+  // Records the Slurm job a RUNNING trial was submitted as, as soon as sbatch answers.
+  Status set_trial_slurm_job(const std::string& job_id, int64_t number, int64_t slurm_job_id);
+
   // Crash recovery: every RUNNING trial becomes FAILED (kind restart) with `reason`; returns how many. One
-  // transaction.
-  Result<int> fail_running_trials(const std::string& reason);
+  // transaction. keep_slurm_jobs: trials running as Slurm jobs stay RUNNING (the daemon re-attaches to them).
+  Result<int> fail_running_trials(const std::string& reason, bool keep_slurm_jobs = false);
 
   // Returns the record with its id. The trial must exist (kNotFound otherwise).
   Result<SubmissionRecord> insert_submission(const SubmissionRecord& s);

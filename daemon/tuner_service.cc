@@ -60,6 +60,8 @@ pb::FailureKind failure_kind(FailureKind k) {
     case FailureKind::kCancelled: return pb::FAILURE_CANCELLED;
     case FailureKind::kRestart: return pb::FAILURE_RESTART;
     case FailureKind::kUnknown: return pb::FAILURE_UNKNOWN;
+    case FailureKind::kNodeFailure: return pb::FAILURE_NODE_FAILURE;
+    case FailureKind::kPreempted: return pb::FAILURE_PREEMPTED;
   }
   return pb::FAILURE_UNKNOWN;
 }

@@ -400,7 +400,8 @@ TEST_F(StoreTest, TypedTrialFactsRoundTrip) {
   const FailureKind kinds[] = {FailureKind::kInvalidConfig, FailureKind::kOutOfMemory, FailureKind::kCrash,
                                FailureKind::kTimeout,       FailureKind::kExitCode,    FailureKind::kBadOutput,
                                FailureKind::kWorkerError,   FailureKind::kNotStarted,  FailureKind::kCancelled,
-                               FailureKind::kRestart,       FailureKind::kUnknown};
+                               FailureKind::kRestart,       FailureKind::kUnknown,     FailureKind::kNodeFailure,
+                               FailureKind::kPreempted};
   int64_t n = 0;
   for (FailureKind k : kinds) {
     TrialRecord t = running_trial("j", n);

@@ -1,0 +1,31 @@
+#include "daemon/executor_local.h"
+
+#include "daemon/executor_slurm.h"
+
+namespace soartune::daemon {
+
+ExecutorOutcome LocalExecutor::run(const TrialLaunch& t, TrialControl& control,
+                                   const std::function<void(int64_t)>& /*submitted*/) {
+  ProcessSpec ps;
+  ps.argv = {worker_, "--trial", t.trial_file};
+  ps.cwd = t.work_dir;
+  ps.timeout_s = t.timeout_s;
+  ps.env.emplace_back("SOARTUNE_DEVICE", t.device);
+  if (t.device.rfind("cuda:", 0) == 0) ps.env.emplace_back("CUDA_VISIBLE_DEVICES", t.device.substr(5));
+  ExecutorOutcome o;
+  o.process = run_process(ps, &control.cancel);
+  return o;
+}
+
+ExecutorOutcome LocalExecutor::attach(const TrialLaunch& /*t*/, int64_t scheduler_job_id, TrialControl& /*control*/) {
+  ExecutorOutcome o;
+  o.process.spawn_error = "the local executor cannot re-attach to scheduler job " + std::to_string(scheduler_job_id);
+  return o;
+}
+
+std::unique_ptr<Executor> make_executor(const DaemonConfig& cfg) {
+  if (cfg.executor == "slurm") return std::make_unique<SlurmExecutor>(cfg.worker, cfg.slurm);
+  return std::make_unique<LocalExecutor>(cfg.worker);
+}
+
+}  // namespace soartune::daemon
