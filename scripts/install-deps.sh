@@ -5,7 +5,8 @@ pkgs=(build-essential cmake pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libsqlite3-dev sqlite3 libyaml-cpp-dev libspdlog-dev libgtest-dev libgmock-dev
       libeigen3-dev libcli11-dev nlohmann-json3-dev libnlopt-cxx-dev
-      python3-numpy)   # python3-numpy: the independent GPTQ checkpoint decoder (tests/gptq_decode.py)
+      python3-numpy   # the independent GPTQ checkpoint decoder (tests/gptq_decode.py)
+      munge slurmctld slurmd slurm-client)   # the Slurm executor's test starts a one-node cluster
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
