@@ -198,6 +198,8 @@ Result<WorkerResult> read(const json& j) {
     r.number(*acc, "candidate", "accuracy.candidate", out.accuracy.candidate, false);
     r.number(*acc, "reference", "accuracy.reference", out.accuracy.reference, false);
     r.integer(*acc, "positions", "accuracy.positions", out.accuracy.positions);
+    r.boolean(*acc, "proxy", "accuracy.proxy", out.accuracy.proxy, false);
+    r.string(*acc, "proxy_model", "accuracy.proxy_model", out.accuracy.proxy_model, false);
   }
   if (r.problem) return Status::Invalid(*r.problem);
   return out;
@@ -223,6 +225,10 @@ std::string to_json(const WorkerResult& r) {
     j["accuracy"] = {{"metric", r.accuracy.metric}, {"relative_pct", r.accuracy.relative_pct},
                      {"candidate", r.accuracy.candidate}, {"reference", r.accuracy.reference},
                      {"positions", r.accuracy.positions}};
+    if (r.accuracy.proxy) {
+      j["accuracy"]["proxy"] = true;
+      j["accuracy"]["proxy_model"] = r.accuracy.proxy_model;
+    }
     j["peak_memory_bytes"] = r.peak_memory_bytes;
     j["timings_s"] = {{"load", r.load_s}, {"accuracy", r.accuracy_s}, {"tiers", r.tiers_s}};
   }

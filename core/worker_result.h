@@ -36,6 +36,8 @@ struct AccuracyMeasurement {
   double relative_pct = 0;         // candidate against the reference config, percent
   double candidate = 0, reference = 0;
   int64_t positions = 0;
+  bool proxy = false;              // measured on proxy_model, not on the trial's own model
+  std::string proxy_model;         // "hf:<dir>" when proxy
 };
 
 // A kernel choice the engine made for one op and shape (tiles, splits, variant, grid), as the plan step

@@ -264,6 +264,7 @@ Result<JobView> JobManager::submit(const std::string& spec_yaml) {
   if (Status s = with_store([&](Store& st) { return st.insert_job(job); }); !s.ok()) return s;
   spdlog::info("job {} submitted: model {}, strategy {}, {} trials", job.id, job.model, job.strategy,
                job.trial_budget);
+  for (const std::string& w : spec->warnings) spdlog::warn("job {}: {}", job.id, w);
   {
     std::lock_guard<std::mutex> l(mu_);
     specs_[job.id] = spec;
@@ -348,7 +349,9 @@ JobView make_view(const JobRecord& job, const ScoredTrials& ts, const search::Sc
 }  // namespace
 
 JobView JobManager::view_locked(const JobRun& run) {
-  return make_view(run.job, run.trials, run.spec->scoring, job_parallelism(*run.spec));
+  JobView v = make_view(run.job, run.trials, run.spec->scoring, job_parallelism(*run.spec));
+  v.warnings = run.spec->warnings;
+  return v;
 }
 
 Result<JobView> JobManager::view_of(const JobRecord& job) {
@@ -359,8 +362,10 @@ Result<JobView> JobManager::view_of(const JobRecord& job) {
   Result<ScoredTrials> ts = load_scored(job.id);
   if (!ts.ok()) return ts.status();
   Result<std::shared_ptr<const JobSpec>> spec = spec_of(job.id);
-  return make_view(job, ts.value(), spec.ok() ? spec.value()->scoring : search::ScoringSpec{},
-                   spec.ok() ? job_parallelism(*spec.value()) : 1);
+  JobView v = make_view(job, ts.value(), spec.ok() ? spec.value()->scoring : search::ScoringSpec{},
+                        spec.ok() ? job_parallelism(*spec.value()) : 1);
+  if (spec.ok()) v.warnings = spec.value()->warnings;
+  return v;
 }
 
 Result<JobView> JobManager::get_job(const std::string& id) {

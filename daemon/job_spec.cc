@@ -173,7 +173,17 @@ Result<YAML::Node> resolve_accuracy(const YAML::Node& n) {
   out["samples"] = 16;
   if (!n.IsDefined() || n.IsNull()) return out;
   if (!n.IsMap()) return Status::Invalid("accuracy: must be a mapping {set, samples, prompt_len, continuation_len}");
-  if (Status s = check_keys(n, "accuracy", {"set", "samples", "prompt_len", "continuation_len"}); !s.ok()) return s;
+  if (Status s = check_keys(n, "accuracy", {"set", "samples", "prompt_len", "continuation_len", "model"}); !s.ok())
+    return s;
+  if (n["model"].IsDefined()) {
+    // A proxy: a trained model of the same family whose accuracy stands in for a model with synthetic weights.
+    Result<std::string> m = read_string(n["model"], "accuracy.model");
+    if (!m.ok()) return m.status();
+    std::error_code ec;
+    if (m.value().rfind("hf:", 0) != 0 || !fs::is_regular_file(fs::path(m.value().substr(3)) / "config.json", ec))
+      return Status::Invalid("accuracy.model: '" + m.value() + "' is not hf:<dir> of a model with a config.json");
+    out["model"] = "hf:" + fs::weakly_canonical(fs::absolute(m.value().substr(3))).string();
+  }
   if (n["set"].IsDefined()) {
     Result<std::string> set = read_string(n["set"], "accuracy.set");
     if (!set.ok()) return set.status();
@@ -330,6 +340,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   Result<YAML::Node> accuracy = resolve_accuracy(root["accuracy"]);
   if (!accuracy.ok()) return accuracy.status();
   spec.accuracy = accuracy.value();
+  spec.accuracy_proxy = spec.accuracy["model"].IsDefined();
 
   if (root["scoring"].IsDefined() && !root["scoring"].IsNull()) {
     Result<search::ScoringSpec> sc = search::ScoringSpec::parse(root["scoring"], "scoring");
@@ -392,6 +403,11 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
     if (!budget.ok()) return budget.status();
     spec.submissions = budget.value();
   }
+  if (spec.model.rfind("synthetic:", 0) == 0 && !spec.accuracy_proxy && !spec.scoring.gate.empty())
+    spec.warnings.push_back(
+        "accuracy: " + spec.model + " has random weights, so the accuracy gate is measured on random weights and "
+        "says little about a trained model; set accuracy.model: hf:<dir> of a trained model of the same family to "
+        "gate on proxy accuracy");
   return spec;
 }
 

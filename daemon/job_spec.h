@@ -46,6 +46,8 @@ struct JobSpec {
   bool warm_start = false;
   std::optional<search::SubmissionBudget> submissions;   // `submissions: {per_day, timezone}`
   std::optional<search::ServingSpec> serving;   // `serving: {engine, base_args}`: the bundle export's target
+  bool accuracy_proxy = false;   // accuracy.model: accuracy measured on that trained model, durations on `model`
+  std::vector<std::string> warnings;   // told at submission and with the job (e.g. a gate on random weights)
 };
 
 struct SpecContext {

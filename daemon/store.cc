@@ -93,7 +93,7 @@ constexpr const char* kTrialColumns =
     "t.job_id, t.number, t.status, t.params_json, t.relative_accuracy, t.accuracy_metric, t.score, t.gate, "
     "t.error, t.started_ms, t.finished_ms, t.log_tail, t.engine_build, t.device, t.peak_memory_bytes, "
     "t.suggestion_json, t.result_json, t.is_reference, t.failure_kind, t.failure_code, "
-    "t.slurm_job_id";
+    "t.slurm_job_id, t.accuracy_proxy";
 
 TrialRecord read_trial(const Statement& q) {
   TrialRecord t;
@@ -118,6 +118,7 @@ TrialRecord read_trial(const Statement& q) {
   t.failure_kind = failure_kind_from_string(q.text(18)).value_or(FailureKind::kUnknown);
   t.failure_code = static_cast<int>(q.int64(19));
   t.slurm_job_id = q.int64(20);
+  t.accuracy_proxy = q.int64(21) != 0;
   return t;
 }
 
@@ -487,7 +488,7 @@ Status Store::finish_trial(const TrialRecord& t) {
       "params_json = CASE WHEN ?13 = 1 THEN ?14 ELSE params_json END, "
       "suggestion_json = CASE WHEN ?15 = '' THEN suggestion_json ELSE ?15 END, "
       "started_ms = CASE WHEN ?16 = 0 THEN started_ms ELSE ?16 END, "
-      "failure_kind = ?19, failure_code = ?20 "
+      "failure_kind = ?19, failure_code = ?20, accuracy_proxy = ?21 "
       "WHERE job_id = ?17 AND number = ?18");
   if (!up.ok()) return up.status();
   up.value()
@@ -510,7 +511,8 @@ Status Store::finish_trial(const TrialRecord& t) {
       .bind(17, t.job_id)
       .bind(18, t.number)
       .bind(19, to_string(t.failure_kind))
-      .bind(20, t.failure_code);
+      .bind(20, t.failure_code)
+      .bind(21, t.accuracy_proxy ? 1 : 0);
   Status s = up.value().run();
   if (!s.ok()) return s;
   if (c.changes() == 0) return Status::NotFound(trial_name(t.job_id, t.number) + " not found");

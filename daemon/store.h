@@ -79,6 +79,7 @@ struct TrialRecord {
   int failure_code = 0;            // the signal (crash) or exit status (exit_code); 0 otherwise
   std::vector<KernelPlan> plans;   // the kernel choices the worker reported
   std::map<std::string, std::string> env;   // the timing-relevant environment the worker ran with
+  bool accuracy_proxy = false;     // relative_accuracy was measured on a proxy model (accuracy.model), not this one
   int64_t slurm_job_id = 0;        // the Slurm job it runs as (executor: slurm); 0 for the local executor
 };
 

@@ -141,9 +141,11 @@ CREATE TABLE trial_env (
 );
 )sql";
 
-// v5: the Slurm job a trial runs as (0: none, the local executor), so a restarted daemon re-attaches to it.
+// v5: the Slurm job a trial runs as (0: none, the local executor), so a restarted daemon re-attaches to it;
+// whether its accuracy was measured on a proxy model.
 constexpr const char* kV5 = R"sql(
 ALTER TABLE trials ADD COLUMN slurm_job_id INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN accuracy_proxy INTEGER NOT NULL DEFAULT 0;
 )sql";
 
 Result<int> read_version(Connection& c) {
@@ -168,7 +170,7 @@ const std::vector<Migration>& migrations() {
       {2, "official submissions", kV2},
       {3, "trial suggestion (why the search chose it)", kV3},
       {4, "typed trial facts: failure kind, reference flag, kernel plans, environment", kV4},
-      {5, "the Slurm job each trial runs as", kV5},
+      {5, "the Slurm job each trial runs as; proxy accuracy flag", kV5},
   };
   return kMigrations;
 }

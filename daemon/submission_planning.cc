@@ -85,7 +85,10 @@ Result<SubmissionPlan> plan_submissions(JobManager& jobs, const std::string& job
   if (!plan.ok()) return plan.status();
   out.plan = std::move(plan).value();
   for (const search::PlanPick& p : out.plan.picks)
-    if (const TrialRecord* t = find(p.trial)) out.params[p.trial] = t->params;
+    if (const TrialRecord* t = find(p.trial)) {
+      out.params[p.trial] = t->params;
+      out.accuracy_proxy[p.trial] = t->accuracy_proxy;
+    }
   return out;
 }
 

@@ -21,6 +21,7 @@ struct SubmissionPlan {
   search::BudgetDay today;
   search::Plan plan;
   std::map<int64_t, std::map<std::string, std::string>> params;   // each pick's launch params, by trial
+  std::map<int64_t, bool> accuracy_proxy;                          // each pick's TrialRecord::accuracy_proxy
 };
 
 // k: picks wanted (0: all that remain today); accuracy_sigma: 0 for the default or learned value. Errors:

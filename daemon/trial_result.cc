@@ -42,6 +42,7 @@ std::string read_metrics(const WorkerResult& r, TrialRecord& t) {
   if (r.accuracy.relative_pct < 0) return "accuracy.relative_pct is negative";
   t.relative_accuracy = r.accuracy.relative_pct;
   t.accuracy_metric = r.accuracy.metric;
+  t.accuracy_proxy = r.accuracy.proxy;
   return "";
 }
 

@@ -134,6 +134,7 @@ void to_proto(const JobView& v, pb::Job* out) {
   out->set_eta_seconds(v.eta_seconds);
   out->set_stop_reason(j.stop_reason);
   for (double g : v.gate_levels) out->add_gate_levels(g);
+  for (const std::string& w : v.warnings) out->add_warnings(w);
 }
 
 void to_proto(const TrialRecord& t, pb::Trial* out) {
@@ -156,6 +157,7 @@ void to_proto(const TrialRecord& t, pb::Trial* out) {
   }
   out->set_relative_accuracy(t.relative_accuracy);
   out->set_accuracy_metric(t.accuracy_metric);
+  out->set_accuracy_proxy(t.accuracy_proxy);
   out->set_score(t.score);
   out->set_gate(t.gate);
   out->set_error(t.error);
@@ -353,8 +355,9 @@ grpc::Status TunerService::ExportConfig(grpc::ServerContext*, const pb::ExportCo
   switch (format.value()) {
     case search::ExportFormat::kYaml: {
       char line[256];
-      std::snprintf(line, sizeof line, "score %.3f, relative accuracy %.2f%% (%s), gate %.2f", tr.score,
-                    tr.relative_accuracy, tr.accuracy_metric.c_str(), tr.gate);
+      std::snprintf(line, sizeof line, "score %.3f, relative accuracy %.2f%% (%s%s), gate %.2f", tr.score,
+                    tr.relative_accuracy, tr.accuracy_metric.c_str(),
+                    tr.accuracy_proxy ? ", proxy: measured on the job's accuracy.model" : "", tr.gate);
       text = trial_yaml(*spec.value(), launch, ReferenceFile{},
                         {"soartune launch config: job " + tr.job_id + ", trial " + std::to_string(tr.number),
                          line, "engine build " + tr.engine_build + ", device " + tr.device,
@@ -441,6 +444,8 @@ grpc::Status TunerService::PlanSubmissions(grpc::ServerContext*, const pb::PlanS
     pick->set_marginal_value(p.marginal_value);
     pick->set_role(p.role);
     pick->set_explanation(p.explanation);
+    if (auto it = plan.value().accuracy_proxy.find(p.trial); it != plan.value().accuracy_proxy.end())
+      pick->set_accuracy_proxy(it->second);
   }
   out->set_expected_best_score(plan.value().plan.expected_best_score);
   out->set_calibration(plan.value().plan.calibration);

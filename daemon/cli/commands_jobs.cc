@@ -71,6 +71,7 @@ int run_submit(Client& client, const SubmitOptions& o) {
   auto ctx = client.context();
   grpc::Status s = client.stub().SubmitJob(ctx.get(), req, &job);
   if (!s.ok()) return report(s, client);
+  for (const std::string& w : job.warnings()) std::cerr << "warning: " << w << "\n";
   if (o.json && !o.watch) {
     print_json(to_json(job));
   } else {
@@ -329,7 +330,8 @@ class WatchView {
       reference_loaded_ = true;
     }
     std::string s = "trial " + std::to_string(t.number()) + " " + status_name(t.status()) + ": score " +
-                    fmt_score(t.score()) + "  C " + fmt_gate(t.gate()) + "  acc " + fmt_accuracy(t.relative_accuracy());
+                    fmt_score(t.score()) + "  C " + fmt_gate(t.gate()) + "  acc " + fmt_accuracy(t.relative_accuracy()) +
+                    (t.accuracy_proxy() ? " proxy" : "");
     for (const auto& m : t.tiers()) s += "  " + m.tier() + " " + fmt_duration(m.duration_s()) + "s";
     return s;
   }

@@ -127,6 +127,8 @@ int run_plan(Client& client, const PlanOptions& o) {
     i = 0;
     for (const auto& p : resp.picks()) {
       ++i;
+      if (p.accuracy_proxy())
+        std::cout << "pick " << i << ": accuracy is proxy (measured on the job's accuracy.model), and so is P(C)\n";
       if (p.explanation().empty()) continue;
       // The planner's explanations usually name the trial and role themselves.
       if (p.explanation().rfind("trial ", 0) == 0) {

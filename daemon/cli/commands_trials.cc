@@ -122,7 +122,7 @@ int run_trials(Client& client, const TrialsOptions& o) {
       row.push_back(it == t.params().end() ? "-" : it->second);
     }
     for (const auto& tier : tiers) row.push_back(fmt_duration(tier_duration(t, tier)));
-    row.push_back(complete ? fmt_accuracy(t.relative_accuracy()) : "-");
+    row.push_back(complete ? fmt_accuracy(t.relative_accuracy()) + (t.accuracy_proxy() ? " proxy" : "") : "-");
     row.push_back(complete ? fmt_gate(t.gate()) : "-");
     row.push_back(complete ? fmt_score(t.score()) : "-");
     if (any_error) row.push_back(truncate(t.error(), 48));
@@ -152,7 +152,9 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
   if (t.status() == v1::TRIAL_COMPLETE) {
     std::cout << key("score") << fmt_score(t.score()) << "  (C = " << fmt_gate(t.gate()) << ")\n";
     std::cout << key("accuracy") << fmt_accuracy(t.relative_accuracy())
-              << (t.accuracy_metric().empty() ? "" : " (" + t.accuracy_metric() + ")") << "\n";
+              << (t.accuracy_metric().empty() ? "" : " (" + t.accuracy_metric() + ")")
+              << (t.accuracy_proxy() ? " proxy: measured on the job's accuracy.model, not on the timed model" : "")
+              << "\n";
   }
   if (!t.error().empty()) {
     std::istringstream lines(t.error());

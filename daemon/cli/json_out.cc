@@ -42,6 +42,8 @@ Json to_json(const v1::Job& j, bool with_spec) {
   out["started_unix_ms"] = j.started_unix_ms();
   out["finished_unix_ms"] = j.finished_unix_ms();
   out["eta_seconds"] = j.eta_seconds();
+  out["warnings"] = Json::array();
+  for (const auto& w : j.warnings()) out["warnings"].push_back(w);
   if (with_spec) out["spec_yaml"] = j.spec_yaml();
   return out;
 }
@@ -85,6 +87,7 @@ Json to_json(const v1::Trial& t, bool full) {
   out["tiers"] = std::move(tiers);
   out["relative_accuracy"] = t.relative_accuracy();
   out["accuracy_metric"] = t.accuracy_metric();
+  out["accuracy_proxy"] = t.accuracy_proxy();
   out["score"] = t.score();
   out["gate"] = t.gate();
   out["error"] = t.error();
@@ -145,6 +148,7 @@ Json to_json(const v1::PlanPick& p) {
   Json out;
   out["trial"] = p.trial();
   out["role"] = p.role();
+  out["accuracy_proxy"] = p.accuracy_proxy();
   out["params"] = params_json(p.params());
   out["predicted_score"] = p.predicted_score();
   out["score_lo"] = p.score_lo();

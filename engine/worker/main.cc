@@ -81,6 +81,79 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// Whether a failure is the trial's (bad config or model: exit 2) rather than the run's.
+struct Failed {
+  Status status;
+  bool config_error = false;
+  std::string field;
+};
+
+// Proxy accuracy: the trial's launch config on accuracy.model (a trained model of the same family as the
+// trial's synthetic one) against that model's reference config, with the reference outputs read, written or
+// computed as the trial file says. Durations are not measured here: they come from the trial's own model.
+Result<AccuracyResult> proxy_accuracy(const TrialSpec& trial, const BackendChoice& choice, const ModelConfig& timed,
+                                      Failed& failed, double& seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto give_up = [&](Status s, bool config_error, std::string field = "") -> Result<AccuracyResult> {
+    failed = {s, config_error, std::move(field)};
+    return s;
+  };
+  auto weights_or = load_model(trial.accuracy.model, trial.seed);
+  if (!weights_or.ok()) return give_up(weights_or.status(), is_config_error(weights_or.status()), "accuracy.model");
+  ModelWeights weights = std::move(weights_or).value();
+  // One family: the same mixer layout kind (every layer softmax attention, or a hybrid), so the launch knobs
+  // mean the same thing on both models.
+  if (weights.config.mixers.empty() != timed.mixers.empty())
+    return give_up(Status::Invalid("accuracy.model: " + trial.accuracy.model + " is not of the same family as " +
+                                   trial.model + " (one is a hybrid of attention kinds, the other is not)"),
+                   true);
+  auto set_or = load_accuracy_set(trial.accuracy, trial.seed, weights.config.vocab);
+  if (!set_or.ok()) return give_up(set_or.status(), true, "accuracy.set");
+  const AccuracySet set = set_or.value();
+  EngineOptions options;
+  options.max_context = set.max_len() + 1;
+  const int seqs = std::max(1, static_cast<int>(set.items.size()));
+  auto engine_for = [&](const LaunchConfig& launch, const ModelWeights& w) -> Result<std::unique_ptr<Engine>> {
+    auto backend = make_backend(choice);
+    if (!backend.ok()) return backend.status();
+    EngineOptions o = options;
+    o.launch = launch;
+    if (choice.kind == "cpu") o.kv_pages = std::min(seqs, launch.max_running_requests) * pages_for(o.max_context, launch.kv_page_size);
+    return Engine::create(std::move(backend).value(), w, o);
+  };
+  std::optional<ReferenceOutputs> reference;
+  if (!trial.reference_read.empty()) {
+    std::ifstream in(trial.reference_read);
+    json j;
+    try {
+      j = json::parse(in);
+    } catch (const std::exception& e) {
+      return give_up(Status::Invalid(std::string("reference.read: not JSON: ") + e.what()), true);
+    }
+    auto r = ReferenceOutputs::from_json(j);
+    if (!r.ok()) return give_up(r.status(), true);
+    reference = r.value();
+  } else {
+    auto engine = engine_for(LaunchConfig::reference(), weights);
+    if (!engine.ok()) return give_up(engine.status(), is_config_error(engine.status()));
+    auto r = compute_reference(*engine.value(), set);
+    if (!r.ok()) return give_up(r.status(), false);
+    reference = r.value();
+    if (!trial.reference_write.empty()) {
+      std::ofstream out(trial.reference_write);
+      out << r.value().to_json().dump() << "\n";
+      if (!out) return give_up(Status::Invalid("reference.write: cannot write " + trial.reference_write), true);
+    }
+  }
+  if (Status s = quantize_model(weights, trial.launch); !s.ok()) return give_up(s, true);
+  auto engine = engine_for(trial.launch, weights);
+  if (!engine.ok()) return give_up(engine.status(), is_config_error(engine.status()));
+  auto a = evaluate_accuracy(*engine.value(), set, *reference);
+  if (!a.ok()) return give_up(a.status(), is_config_error(a.status()));
+  seconds = seconds_since(t0);
+  return a;
+}
+
 int run(const std::string& trial_path, const std::string& backend_override, int threads) {
   auto trial_or = load_trial(trial_path);
   if (!trial_or.ok()) return fail(trial_or.status(), true, "trial");
@@ -121,7 +194,18 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   const ModelConfig model = weights.config;
   spdlog::info("model {}: {} layers, hidden {}, vocab {}", model.name, model.layers, model.hidden, model.vocab);
 
-  auto set_or = load_accuracy_set(trial.accuracy, trial.seed, model.vocab);
+  const bool proxy = !trial.accuracy.model.empty();
+  double accuracy_s = 0;
+  AccuracyResult acc;
+  if (proxy) {
+    Failed failed;
+    auto a = proxy_accuracy(trial, choice, model, failed, accuracy_s);
+    if (!a.ok()) return fail(failed.status, failed.config_error, failed.field);
+    acc = a.value();
+    spdlog::info("proxy accuracy on {}: {} {:.2f}%", trial.accuracy.model, acc.metric, acc.relative_pct);
+  }
+  // With a proxy the accuracy set is the proxy's; the timed model needs none.
+  auto set_or = proxy ? Result<AccuracySet>(AccuracySet{}) : load_accuracy_set(trial.accuracy, trial.seed, model.vocab);
   if (!set_or.ok()) return fail(set_or.status(), true, "accuracy.set");
   const AccuracySet set = set_or.value();
   const std::vector<WorkloadRequest> requests = expand_workload(trial.workload, trial.seed, model.vocab);
@@ -137,9 +221,9 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   double load_s = seconds_since(t_load);
 
   // Reference outputs: read, or computed here with the reference config before quantising.
-  double accuracy_s = 0;
   std::optional<ReferenceOutputs> reference;
-  if (!trial.reference_read.empty()) {
+  if (proxy) {
+  } else if (!trial.reference_read.empty()) {
     std::ifstream in(trial.reference_read);
     json j;
     try {
@@ -185,8 +269,8 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   load_s += seconds_since(t_quant);
 
   const auto t_acc = std::chrono::steady_clock::now();
-  AccuracyResult acc;
-  if (!reference) {
+  if (proxy) {
+  } else if (!reference) {
     // This trial is the reference: its outputs are the baseline, and it scores 100 against itself.
     auto r = compute_reference(engine, set);
     if (!r.ok()) return fail(r.status(), false);
@@ -223,7 +307,8 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   result.backend = engine.backend().name();
   result.device = engine.backend().device();
   result.engine_build = std::string(SOARTUNE_VERSION) + "+" + SOARTUNE_GIT_COMMIT;
-  result.accuracy = {acc.metric, acc.relative_pct, acc.candidate, acc.reference, acc.positions};
+  result.accuracy = {acc.metric, acc.relative_pct, acc.candidate, acc.reference, acc.positions, proxy,
+                     proxy ? trial.accuracy.model : std::string()};
   result.peak_memory_bytes = static_cast<int64_t>(engine.backend().peak_memory_bytes());
   result.load_s = load_s;
   result.accuracy_s = accuracy_s;

@@ -77,6 +77,11 @@ Result<TrialSpec> load_trial(const std::string& path) {
       if (t.accuracy.set != "synthetic" && !std::filesystem::exists(t.accuracy.set))
         return Status::Invalid("accuracy.set: " + t.accuracy.set + " is not one of synthetic, or an existing .jsonl file");
     }
+    if (a["model"]) {
+      t.accuracy.model = a["model"].IsScalar() ? a["model"].Scalar() : "";
+      if (t.accuracy.model.rfind("hf:", 0) != 0 || !std::filesystem::is_directory(t.accuracy.model.substr(3)))
+        return Status::Invalid("accuracy.model: '" + t.accuracy.model + "' is not hf:<an existing model directory>");
+    }
     if (a["samples"]) if (Status s = int_field(a["samples"], "accuracy.samples", 1, &t.accuracy.samples); !s.ok()) return s;
     if (a["prompt_len"]) if (Status s = int_field(a["prompt_len"], "accuracy.prompt_len", 1, &t.accuracy.prompt_len); !s.ok()) return s;
     if (a["continuation_len"]) if (Status s = int_field(a["continuation_len"], "accuracy.continuation_len", 1, &t.accuracy.continuation_len); !s.ok()) return s;

@@ -16,6 +16,9 @@ struct AccuracySpec {
   int samples = 16;
   int prompt_len = 32;               // synthetic only
   int continuation_len = 16;         // synthetic (and .jsonl sets without continuation_ids)
+  // "hf:<dir>": accuracy is measured on this trained model with the trial's launch config (a proxy for a
+  // model whose own weights are synthetic), while durations come from `model`. Empty: on `model` itself.
+  std::string model;
 };
 
 // Calibration of quant_method gptq: the accuracy set's rows after the `accuracy.samples` measured ones (never a

@@ -220,5 +220,27 @@ TEST_F(JobSpecTest, ServingTargetRefusesGroupSizesItCannotExport) {
   EXPECT_TRUE(parse(spec).ok());
 }
 
+TEST_F(JobSpecTest, GatingOnRandomWeightsWarnsAndAProxyModelIsLabelled) {
+  // synthetic:tiny has random weights: the accuracy gate on it is warned about at submission.
+  soartune::Result<JobSpec> plain = parse(good_spec());
+  ASSERT_TRUE(plain.ok()) << plain.status().message;
+  EXPECT_FALSE(plain.value().accuracy_proxy);
+  ASSERT_EQ(plain.value().warnings.size(), 1u);
+  EXPECT_EQ(plain.value().warnings[0].rfind("accuracy: synthetic:tiny has random weights", 0), 0u)
+      << plain.value().warnings[0];
+
+  // accuracy.model names a trained model: the job measures proxy accuracy, and nothing is warned.
+  write_file(dir_.file("trained/config.json"), "{}");
+  soartune::Result<JobSpec> proxy =
+      parse(with("accuracy", "accuracy: {set: synthetic, samples: 4, model: hf:" + dir_.file("trained") + "}"));
+  ASSERT_TRUE(proxy.ok()) << proxy.status().message;
+  EXPECT_TRUE(proxy.value().accuracy_proxy);
+  EXPECT_TRUE(proxy.value().warnings.empty());
+  EXPECT_EQ(proxy.value().accuracy["model"].Scalar().rfind("hf:/", 0), 0u);
+
+  expect_error(with("accuracy", "accuracy: {model: hf:" + dir_.file("missing") + "}"), "accuracy.model");
+  expect_error(with("accuracy", "accuracy: {model: synthetic:tiny}"), "accuracy.model");
+}
+
 }  // namespace
 }  // namespace soartune::daemon
