@@ -492,6 +492,31 @@ TEST_F(StoreTest, RunningTrialsFailOnRecovery) {
   EXPECT_EQ(store->count_trials("j", TrialStatus::kRunning), 0);
 }
 
+// Trials running as Slurm jobs keep their job id, and a restart that re-attaches leaves them RUNNING while the
+// others fail; the proxy-accuracy flag comes back as written.
+TEST_F(StoreTest, SlurmJobIdsSurviveARestartThatReattachesAndTheProxyFlagRoundTrips) {
+  auto store = open();
+  ASSERT_TRUE(store->insert_job(make_job("j", 1)).ok());
+  for (int64_t k : {0, 1, 2}) ASSERT_TRUE(store->insert_trial(running_trial("j", k)).ok());
+  ASSERT_TRUE(store->set_trial_slurm_job("j", 1, 4242).ok());
+  EXPECT_EQ(store->set_trial_slurm_job("j", 9, 1).code, Code::kNotFound);
+  EXPECT_EQ(store->get_trial("j", 1).value().slurm_job_id, 4242);
+  EXPECT_EQ(store->get_trial("j", 0).value().slurm_job_id, 0);
+
+  EXPECT_EQ(store->fail_running_trials("daemon restarted", /*keep_slurm_jobs=*/true).value(), 2);
+  EXPECT_EQ(store->get_trial("j", 1).value().status, TrialStatus::kRunning);
+  EXPECT_EQ(store->get_trial("j", 2).value().failure_kind, FailureKind::kRestart);
+
+  TrialRecord done = complete_trial("j", 1, 90, 97.5, {1, 2, 3});
+  done.accuracy_proxy = true;
+  ASSERT_TRUE(store->finish_trial(done).ok());
+  auto back = store->get_trial("j", 1);
+  EXPECT_TRUE(back.value().accuracy_proxy);
+  EXPECT_EQ(back.value().slurm_job_id, 4242);
+  EXPECT_EQ(back.value().status, TrialStatus::kComplete);
+  EXPECT_FALSE(store->get_trial("j", 0).value().accuracy_proxy);
+}
+
 TEST_F(StoreTest, ProcessKilledMidTransactionLosesOnlyTheUncommittedWrite) {
   {
     auto store = open();
