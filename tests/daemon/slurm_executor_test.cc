@@ -1,8 +1,8 @@
 // executor: slurm on a real single-node Slurm cluster that the test starts from Debian's packages (munged,
 // slurmctld, slurmd, as the current user, in a temporary directory, on free ports), with the real soartuned and
 // soartune-worker: trials run as Slurm jobs, an `scancel` of one makes it a FAILED trial of kind cancelled, a
-// daemon killed with SIGKILL while a trial runs in Slurm re-attaches to it when restarted (no trial runs twice),
-// and the job finishes. Skipped, saying why, only where those programs are missing or cannot start here.
+// daemon killed with SIGKILL while a trial runs in Slurm re-attaches to it when restarted, and so does one stopped
+// with SIGTERM (no trial runs twice), and the job finishes. Skipped, saying why, only where those programs are missing or cannot start here.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -206,6 +206,14 @@ class Soartuned {
         grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   }
   void kill9() { stop(pid_, SIGKILL); }
+  // SIGTERM; the exit status.
+  int term() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
   std::string log() const { return read_text(dir_.file("soartuned.log")); }
   std::string submit(const std::string& spec) {
     grpc::ClientContext ctx;
@@ -270,7 +278,7 @@ TEST(SlurmExecutor, TrialsRunAsSlurmJobsScancelFailsOneARestartedDaemonReattache
       "\nworkloads_dir: " + std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads\n"
       "executor: slurm\nslurm: {jobs: 1, device: cpu, poll_s: 0.3, sbatch_args: [--cpus-per-task=1]}\n");
   const std::string spec =
-      "name: slurm\nmodel: synthetic:tiny\nbackend: cpu\nseed: 7\nstrategy: random\nbudget: {trials: 5}\n"
+      "name: slurm\nmodel: synthetic:tiny\nbackend: cpu\nseed: 7\nstrategy: random\nbudget: {trials: 6}\n"
       "trial_timeout_s: 120\n"
       "workload: {name: s, requests: [{name: a, input_len: 8, output_len: 4, count: 1}]}\n"
       "accuracy: {set: synthetic, samples: 2, prompt_len: 8, continuation_len: 4}\n"
@@ -315,10 +323,18 @@ TEST(SlurmExecutor, TrialsRunAsSlurmJobsScancelFailsOneARestartedDaemonReattache
   ASSERT_TRUE(wait_for([&] { return running_trial(held_slurm, held_trial, cancelled_trial + 1); }, 60)) << d.log();
   d.kill9();
   d.start();
+  // Stop it cleanly while another trial runs: it leaves that trial running in Slurm, and the next start
+  // re-attaches to it as well.
+  int64_t left_slurm = 0, left_trial = -1;
+  ASSERT_TRUE(wait_for([&] { return running_trial(left_slurm, left_trial, held_trial + 1); }, 60)) << d.log();
+  const int status = d.term();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "soartuned did not exit 0 on SIGTERM";
+  d.start();
   pb::Job end;
   ASSERT_TRUE(wait_for([&] { return finished(end = d.job(job)); }, 180)) << d.log();
   EXPECT_EQ(end.state(), pb::JOB_SUCCEEDED) << end.error() << "\n" << d.log();
   EXPECT_NE(d.log().find("re-attached to Slurm job " + std::to_string(held_slurm)), std::string::npos) << d.log();
+  EXPECT_NE(d.log().find("re-attached to Slurm job " + std::to_string(left_slurm)), std::string::npos) << d.log();
 
   const std::vector<pb::Trial> ts = d.trials(job);
   std::map<std::string, int> starts;   // trial file -> how many times a worker started on it
@@ -339,6 +355,7 @@ TEST(SlurmExecutor, TrialsRunAsSlurmJobsScancelFailsOneARestartedDaemonReattache
     EXPECT_EQ(t.status(), pb::TRIAL_COMPLETE) << "trial " << t.number() << ": " << t.error();
   }
   EXPECT_EQ(trial_status(held_trial).status(), pb::TRIAL_COMPLETE);
+  EXPECT_EQ(trial_status(left_trial).status(), pb::TRIAL_COMPLETE);
 }
 
 }  // namespace
