@@ -145,7 +145,11 @@ Result<AccuracyResult> proxy_accuracy(const TrialSpec& trial, const BackendChoic
       if (!out) return give_up(Status::Invalid("reference.write: cannot write " + trial.reference_write), true);
     }
   }
-  if (Status s = quantize_model(weights, trial.launch); !s.ok()) return give_up(s, true);
+  // Quantised as the trial says (GPTQ included), with the proxy's own calibration rows and cache entry.
+  TrialSpec on_proxy = trial;
+  on_proxy.model = trial.accuracy.model;
+  auto quantised = quantize_for_trial(weights, on_proxy);
+  if (!quantised.ok()) return give_up(quantised.status(), is_config_error(quantised.status()));
   auto engine = engine_for(trial.launch, weights);
   if (!engine.ok()) return give_up(engine.status(), is_config_error(engine.status()));
   auto a = evaluate_accuracy(*engine.value(), set, *reference);
