@@ -35,6 +35,11 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
       const YAML::Node& v = kv.second;
       if (key == "listen") cfg.listen = v.as<std::string>();
       else if (key == "port_file") cfg.port_file = relative_to(v.as<std::string>(), base);
+      else if (key == "http_listen") {
+        cfg.http_listen = v.as<std::string>();
+        cfg.http_listen_set = true;
+      } else if (key == "http_port_file") cfg.http_port_file = relative_to(v.as<std::string>(), base);
+      else if (key == "web_dir") cfg.web_dir = relative_to(v.as<std::string>(), base);
       else if (key == "database") cfg.database = relative_to(v.as<std::string>(), base);
       else if (key == "worker") cfg.worker = relative_to(v.as<std::string>(), base);
       else if (key == "workloads_dir") cfg.workloads_dir = relative_to(v.as<std::string>(), base);
@@ -72,9 +77,9 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
           }
         }
       } else {
-        return Status::Invalid(key + ": unknown field; allowed: listen, port_file, database, worker, workloads_dir, "
-                               "work_dir, parallel_trials, devices, trial_timeout_s, log_level, submissions, "
-                               "executor, slurm");
+        return Status::Invalid(key + ": unknown field; allowed: listen, port_file, http_listen, http_port_file, web_dir, "
+                               "database, worker, workloads_dir, work_dir, parallel_trials, devices, trial_timeout_s, "
+                               "log_level, submissions, executor, slurm");
       }
     }
   } catch (const YAML::Exception& e) {
@@ -87,6 +92,7 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
 Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, const std::string& config_path) {
   std::error_code ec;
   if (cfg.worker.empty()) cfg.worker = (fs::path(exe_path).parent_path() / "soartune-worker").string();
+  if (cfg.web_dir.empty()) cfg.web_dir = (fs::path(exe_path).parent_path() / "web").string();
   if (cfg.workloads_dir.empty()) {
     cfg.workloads_dir = config_path.empty() ? "configs/workloads"
                                             : (fs::absolute(config_path).parent_path() / "workloads").string();

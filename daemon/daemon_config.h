@@ -23,6 +23,12 @@ struct SlurmConfig {
 struct DaemonConfig {
   std::string listen = "127.0.0.1:50051";   // port 0: pick a free port (reported in port_file and the log)
   std::string port_file;                    // where the bound port is written, if set
+  // The dashboard (HTTP, loopback only). A default address that is taken leaves the daemon without a dashboard
+  // (a warning), so a second daemon on a host still starts; an address set by config or flag must bind.
+  std::string http_listen = "127.0.0.1:8700";   // "off": no dashboard; port 0: pick a free port
+  bool http_listen_set = false;
+  std::string http_port_file;               // where the bound HTTP port is written, if set
+  std::string web_dir;                      // the dashboard's static files; default: web/ beside soartuned
   std::string database = "soartune.db";
   std::string worker;                       // default: soartune-worker beside soartuned
   std::string workloads_dir;                // default: workloads/ beside the config file

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/daemon_config.h"
+#include "daemon/http_server.h"
 #include "daemon/job_manager.h"
 #include "daemon/store.h"
 #include "daemon/tuner_service.h"
@@ -34,6 +35,7 @@ std::string self_exe(const char* argv0) {
 int main(int argc, char** argv) {
   using namespace soartune::daemon;
   CLI::App app{"soartuned: the soartune tuning daemon (gRPC service soartune.v1.Tuner)"};
+  std::string http_listen, http_port_file, web_dir;
   std::string config_path, listen, database, worker, workloads_dir, work_dir, log_level, port_file;
   int port = -1, parallel = 0;
   double timeout = 0;
@@ -42,6 +44,10 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "listen address host:port (default 127.0.0.1:50051; port 0 picks a free port)");
   app.add_option("--port", port, "listen port on the configured host (0: pick a free port)");
   app.add_option("--port-file", port_file, "write the bound port to this file once listening");
+  app.add_option("--http-listen", http_listen,
+                 "dashboard address host:port, loopback only (default 127.0.0.1:8700; port 0 picks one; off: none)");
+  app.add_option("--http-port-file", http_port_file, "write the dashboard's bound port to this file once listening");
+  app.add_option("--web-dir", web_dir, "the dashboard's static files (default: web/ beside soartuned)");
   app.add_option("--database", database, "SQLite database path");
   app.add_option("--worker", worker, "soartune-worker path (default: beside soartuned)");
   app.add_option("--workloads-dir", workloads_dir, "named workloads (default: workloads/ beside the config)");
@@ -66,6 +72,12 @@ int main(int argc, char** argv) {
   if (!listen.empty()) cfg.listen = listen;
   if (port >= 0) cfg.listen = cfg.listen.substr(0, cfg.listen.rfind(':')) + ":" + std::to_string(port);
   if (!port_file.empty()) cfg.port_file = port_file;
+  if (!http_listen.empty()) {
+    cfg.http_listen = http_listen;
+    cfg.http_listen_set = true;
+  }
+  if (!http_port_file.empty()) cfg.http_port_file = http_port_file;
+  if (!web_dir.empty()) cfg.web_dir = web_dir;
   if (!database.empty()) cfg.database = database;
   if (!worker.empty()) cfg.worker = worker;
   if (!workloads_dir.empty()) cfg.workloads_dir = workloads_dir;
@@ -118,6 +130,26 @@ int main(int argc, char** argv) {
     std::ofstream(tmp) << bound_port << "\n";
     std::filesystem::rename(tmp, cfg.port_file);
   }
+  DashboardServer dashboard(service, cfg.web_dir);
+  if (cfg.http_listen != "off") {
+    soartune::Result<int> http_port = dashboard.start(cfg.http_listen);
+    if (!http_port.ok() && cfg.http_listen_set) {
+      spdlog::error("{}", http_port.status().message);
+      server->Shutdown();
+      return 2;
+    }
+    if (!http_port.ok()) {
+      spdlog::warn("no dashboard: {}", http_port.status().message);
+    } else {
+      std::string http_host = cfg.http_listen.substr(0, cfg.http_listen.rfind(':'));
+      spdlog::info("dashboard on http://{}:{}/ (static files {})", http_host, http_port.value(), cfg.web_dir);
+      if (!cfg.http_port_file.empty()) {
+        std::string tmp = cfg.http_port_file + ".tmp";
+        std::ofstream(tmp) << http_port.value() << "\n";
+        std::filesystem::rename(tmp, cfg.http_port_file);
+      }
+    }
+  }
   if (auto s = jobs.start(); !s.ok()) {
     spdlog::error("recovery failed: {}", s.message);
     server->Shutdown();
@@ -130,6 +162,7 @@ int main(int argc, char** argv) {
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   // Stop accepting; give open calls (watch streams) a moment to see the shutdown and end.
   std::thread stopper([&] { jobs.shutdown(); });
+  dashboard.stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopper.join();
   spdlog::info("soartuned stopped");

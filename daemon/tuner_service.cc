@@ -230,23 +230,30 @@ grpc::Status TunerService::CancelJob(grpc::ServerContext*, const pb::CancelJobRe
 
 grpc::Status TunerService::WatchJob(grpc::ServerContext* ctx, const pb::WatchJobRequest* req,
                                     grpc::ServerWriter<pb::JobEvent>* writer) {
-  if (Status s = require_job_id(req->job_id()); !s.ok()) return to_grpc(s);
+  return watch(
+      req->job_id(), [ctx] { return ctx->IsCancelled(); },
+      [writer](const pb::JobEvent& e) { return writer->Write(e); });
+}
+
+grpc::Status TunerService::watch(const std::string& job_id, const std::function<bool()>& cancelled,
+                                 const std::function<bool(const pb::JobEvent&)>& write) {
+  if (Status s = require_job_id(job_id); !s.ok()) return to_grpc(s);
   // Subscribe before the snapshot so that no event falls between them.
-  Result<std::shared_ptr<Watcher>> w = jobs_.watch(req->job_id());
+  Result<std::shared_ptr<Watcher>> w = jobs_.watch(job_id);
   if (!w.ok()) return to_grpc(w.status());
-  Result<JobView> snap = jobs_.get_job(req->job_id());
+  Result<JobView> snap = jobs_.get_job(job_id);
   if (!snap.ok()) return to_grpc(snap.status());
   pb::JobEvent ev;
   ev.set_kind(pb::JobEvent::SNAPSHOT);
   to_proto(snap.value(), ev.mutable_job());
   ev.set_unix_ms(now_ms());
-  if (!writer->Write(ev)) return grpc::Status::OK;
+  if (!write(ev)) return grpc::Status::OK;
   if (is_terminal(snap.value().job.state)) {
     ev.set_kind(pb::JobEvent::JOB_FINISHED);
-    writer->Write(ev);
+    write(ev);
     return grpc::Status::OK;
   }
-  while (!ctx->IsCancelled()) {
+  while (!cancelled()) {
     std::optional<JobEventData> e = w.value()->pop(500);
     if (!e) {
       if (w.value()->closed() || jobs_.shutting_down())
@@ -264,7 +271,7 @@ grpc::Status TunerService::WatchJob(grpc::ServerContext* ctx, const pb::WatchJob
     to_proto(e->job, out.mutable_job());
     if (e->trial) to_proto(*e->trial, out.mutable_trial());
     out.set_unix_ms(e->unix_ms);
-    if (!writer->Write(out)) return grpc::Status::OK;
+    if (!write(out)) return grpc::Status::OK;
     if (e->kind == EventKind::kJobFinished) return grpc::Status::OK;
   }
   return grpc::Status::OK;

@@ -2,7 +2,9 @@
 // JobManager; every error comes from a soartune::Status mapped once by to_grpc().
 #pragma once
 
+#include <functional>
 #include <mutex>
+#include <string>
 
 #include "daemon/job_manager.h"
 #include "soartune/v1/tuner.grpc.pb.h"
@@ -29,6 +31,11 @@ class TunerService final : public pb::Tuner::Service {
   grpc::Status RecordSubmission(grpc::ServerContext*, const pb::RecordSubmissionRequest*, pb::Submission*) override;
   grpc::Status ListSubmissions(grpc::ServerContext*, const pb::ListSubmissionsRequest*,
                                pb::ListSubmissionsResponse*) override;
+
+  // The WatchJob stream for any transport (gRPC, the dashboard's server-sent events): `write` returns false
+  // once the reader is gone; `cancelled` says the caller gave up.
+  grpc::Status watch(const std::string& job_id, const std::function<bool()>& cancelled,
+                     const std::function<bool(const pb::JobEvent&)>& write);
 
  private:
   JobManager& jobs_;
