@@ -337,6 +337,7 @@ JobView make_view(const JobRecord& job, const ScoredTrials& ts, const search::Sc
     v.best_trial = b->number;
   }
   v.gate_levels = scoring.gate_levels();
+  for (const search::GateTier& g : scoring.gate) v.gate_above_pct.push_back(g.above_pct);
   if (is_terminal(job.state)) {
     v.eta_seconds = 0;
   } else if (ts.mean_trial_seconds() > 0) {

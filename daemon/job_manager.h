@@ -48,6 +48,7 @@ struct JobView {
   int64_t best_trial = -1;
   double eta_seconds = -1;
   std::vector<double> gate_levels;   // the C levels of the job's scoring, best first, ending with 0
+  std::vector<double> gate_above_pct;   // the accuracy (percent) above which each level applies (one fewer)
   std::vector<std::string> warnings;  // the spec's (JobSpec::warnings)
 };
 

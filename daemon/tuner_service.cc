@@ -135,6 +135,7 @@ void to_proto(const JobView& v, pb::Job* out) {
   out->set_stop_reason(j.stop_reason);
   for (double g : v.gate_levels) out->add_gate_levels(g);
   for (const std::string& w : v.warnings) out->add_warnings(w);
+  for (double a : v.gate_above_pct) out->add_gate_above_pct(a);
 }
 
 void to_proto(const TrialRecord& t, pb::Trial* out) {

@@ -2,9 +2,13 @@
 # The soartune demo: starts soartuned on a temporary database and a free port, submits configs/jobs/demo.yaml
 # with the soartune CLI, follows it live, prints the trials and the best config, writes the best config to
 # ./demo-best.yaml (re-run it with: soartune-worker --trial demo-best.yaml), then stops the daemon (SIGTERM).
-# Usage: scripts/demo.sh BUILD_DIR       Exit 0 only if every step worked.
+# The dashboard is on http://127.0.0.1:8700/ while it runs (a free port if 8700 is taken); --serve keeps the
+# daemon and the dashboard up after the job until Ctrl-C.
+# Usage: scripts/demo.sh [--serve] BUILD_DIR       Exit 0 only if every step worked.
 set -euo pipefail
 
+serve=0
+if [[ "${1:-}" == "--serve" ]]; then serve=1; shift; fi
 build="${1:-build}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$(cd "$build" 2>/dev/null && pwd)/bin"
@@ -34,7 +38,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "== starting soartuned (temporary database in $tmp)"
+http_listen=127.0.0.1:8700
+(exec 3<>/dev/tcp/127.0.0.1/8700) 2>/dev/null && http_listen=127.0.0.1:0   # 8700 taken: a free port
 "$bin/soartuned" --config "$repo/configs/daemon.yaml" --port 0 --port-file "$tmp/port" \
+  --http-listen "$http_listen" --http-port-file "$tmp/http_port" \
   --database "$tmp/demo.db" --work-dir "$tmp/work" --worker "$bin/soartune-worker" \
   --log-level warn 2> "$tmp/soartuned.log" &
 daemon_pid=$!
@@ -46,6 +53,9 @@ done
 [[ -s "$tmp/port" ]] || { echo "demo: soartuned did not start listening" >&2; exit 1; }
 export SOARTUNE_ADDR="127.0.0.1:$(cat "$tmp/port")"
 echo "   listening on $SOARTUNE_ADDR"
+for _ in $(seq 1 50); do [[ -s "$tmp/http_port" ]] && break; sleep 0.1; done
+[[ -s "$tmp/http_port" ]] || { echo "demo: the dashboard did not start listening" >&2; exit 1; }
+echo "   dashboard: http://127.0.0.1:$(cat "$tmp/http_port")/"
 
 cli() { "$bin/soartune" "$@"; }
 
@@ -65,6 +75,11 @@ cli best "$job"
 out="$PWD/demo-best.yaml"
 cli export "$job" -o "$out"
 echo "== the best launch config is in $out (re-run: $bin/soartune-worker --trial $out)"
+
+if [[ $serve -eq 1 ]]; then
+  echo "== the dashboard stays on http://127.0.0.1:$(cat "$tmp/http_port")/ until Ctrl-C"
+  wait "$daemon_pid" || true
+fi
 
 echo "== stopping soartuned"
 kill -TERM "$daemon_pid"

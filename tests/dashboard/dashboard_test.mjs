@@ -1,0 +1,223 @@
+// The dashboard in headless Chromium (Debian's chromium, driven by puppeteer-core; no browser download) against a
+// real soartuned holding a finished job and a running one (CPU jobs on synthetic:tiny). Checks that the numbers
+// on the pages equal the CLI's gRPC answers (`soartune ... --json`), that every chart has rendered marks, that a
+// finished trial reaches the open job page within 2 s, and that no page logs an error; saves screenshots.
+//
+// usage: node dashboard_test.mjs <bin dir> <source dir> <artifact dir>    exit 77: skipped (no browser)
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { createRequire } from "node:module";
+
+const [binDir, srcDir, artifacts] = process.argv.slice(2);
+const SKIP = 77;
+const require = createRequire(path.join(srcDir, "daemon/web/package.json"));
+let puppeteer;
+try { puppeteer = require("puppeteer-core"); } catch (e) {
+  console.log(`SKIP: puppeteer-core is not installed in daemon/web (run scripts/install-deps.sh): ${e.message}`);
+  process.exit(SKIP);
+}
+const chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find((p) => fs.existsSync(p));
+if (!chromium) { console.log("SKIP: Debian's chromium is not installed (scripts/install-deps.sh installs it)"); process.exit(SKIP); }
+
+let failures = 0;
+function check(cond, what) {
+  if (!cond) { failures++; console.log(`FAIL: ${what}`); } else console.log(`ok: ${what}`);
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+fs.mkdirSync(artifacts, { recursive: true });
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "soartune-dash-"));
+
+// The loopback rule: a non-loopback address is refused, naming the key.
+{
+  const r = spawnSync(path.join(binDir, "soartuned"), ["--config", path.join(srcDir, "configs/daemon.yaml"), "--port", "0",
+    "--database", path.join(dir, "refused.db"), "--http-listen", "0.0.0.0:0"], { encoding: "utf8", timeout: 20000 });
+  check(r.status === 2 && /http_listen: host '0.0.0.0' is not loopback/.test(r.stderr), "a non-loopback --http-listen is refused (exit 2, names http_listen)");
+}
+
+const daemon = spawn(path.join(binDir, "soartuned"), ["--config", path.join(srcDir, "configs/daemon.yaml"), "--port", "0",
+  "--port-file", path.join(dir, "port"), "--http-listen", "127.0.0.1:0", "--http-port-file", path.join(dir, "http_port"),
+  "--database", path.join(dir, "db.sqlite"), "--log-level", "warn"], { stdio: ["ignore", "ignore", fs.openSync(path.join(artifacts, "soartuned.log"), "w")] });
+let browser;
+const cleanup = async () => {
+  if (browser) await browser.close().catch(() => {});
+  daemon.kill("SIGTERM");
+};
+
+async function main() {
+  for (let i = 0; i < 100 && !(fs.existsSync(path.join(dir, "port")) && fs.existsSync(path.join(dir, "http_port"))); i++) await sleep(100);
+  const grpcAddr = `127.0.0.1:${fs.readFileSync(path.join(dir, "port"), "utf8").trim()}`;
+  const base = `http://127.0.0.1:${fs.readFileSync(path.join(dir, "http_port"), "utf8").trim()}`;
+  const cli = (...args) => execFileSync(path.join(binDir, "soartune"), ["--addr", grpcAddr, ...args], { encoding: "utf8" });
+  const cliJson = (...args) => JSON.parse(cli(...args, "--json"));
+  const spec = (name, trials) => {
+    const text = fs.readFileSync(path.join(srcDir, "configs/jobs/demo.yaml"), "utf8")
+      .replace(/^name: .*$/m, `name: ${name}`).replace(/trials: 12 /, `trials: ${trials} `).replace(/time_s: 150/, "time_s: 900");
+    const file = path.join(dir, `${name}.yaml`);
+    fs.writeFileSync(file, text);
+    return file;
+  };
+
+  // A finished job, then a running one (one CPU device: the second starts when the first is done).
+  const finished = cli("submit", spec("finished", 8)).trim();
+  const t0 = Date.now();
+  while (cliJson("status", finished).state !== "SUCCEEDED" && Date.now() - t0 < 120000) await sleep(300);
+  check(cliJson("status", finished).state === "SUCCEEDED", `job ${finished} finished`);
+  const running = cli("submit", spec("running", 200)).trim();
+  cli("record", finished, "3", "--s1", "95", "--s8", "94", "--sinf", "93", "--accuracy", "99.3");
+
+  // The JSON API pages like ListTrials: page_size 3 walks the whole job in order, the total as gRPC says.
+  {
+    const all = cliJson("trials", finished, "--limit", "0");
+    let token = "", numbers = [], total = -1;
+    do {
+      const page = await (await fetch(`${base}/api/jobs/${finished}/trials?page_size=3&page_token=${token}`)).json();
+      numbers = numbers.concat(page.trials.map((t) => Number(t.number)));
+      total = page.total; token = page.next_page_token;
+    } while (token);
+    check(total === all.total && JSON.stringify(numbers) === JSON.stringify(all.trials.map((t) => t.number)),
+          `the API's pages of 3 give the ${all.total} trials gRPC lists`);
+    const bad = await fetch(`${base}/api/jobs/${finished}/trials?page_size=-1`);
+    const body = await bad.json();
+    check(bad.status === 400 && /page_size/.test(body.error?.message), `page_size -1 is refused as gRPC refuses it (400: ${body.error?.message})`);
+    const typo = await (await fetch(`${base}/api/jobs/${finished}/trials?sort=score`)).json();
+    check(/'sort' is not one of: status, order_by, page_size, page_token/.test(typo.error?.message), `an unknown query parameter is refused, naming the allowed ones`);
+    const unknown = await fetch(`${base}/api/jobs/no-such-job`);
+    check(unknown.status === 404, "an unknown job is 404");
+  }
+
+  browser = await puppeteer.launch({ executablePath: chromium, headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"], defaultViewport: { width: 1400, height: 1000 } });
+  const consoleErrors = [];
+  const open = async (url) => {
+    const page = await browser.newPage();
+    page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(`${url}: ${m.text()}`); });
+    page.on("pageerror", (e) => consoleErrors.push(`${url}: ${e.message}`));
+    await page.goto(base + url, { waitUntil: "load" });
+    await page.waitForFunction(() => document.body.dataset.ready, { timeout: 20000 });
+    check(await page.evaluate(() => document.body.dataset.ready) === "1", `${url} loaded without an error (${await page.evaluate(() => document.getElementById("page-error")?.textContent || "")})`);
+    return page;
+  };
+  // Rendered marks per chart: the SVG renderer's drawn shapes, and the series' data points.
+  const marks = (page) => page.evaluate(() => [...document.querySelectorAll("[data-chart]")].map((d) => {
+    const chart = echarts.getInstanceByDom(d);
+    const points = chart ? chart.getOption().series.reduce((n, s) => n + (s.data ? s.data.length : 0), 0) : 0;
+    return { id: d.dataset.chart, shapes: d.querySelectorAll("svg path, svg circle, svg rect").length, points };
+  }));
+
+  // Jobs page: both jobs with their state, best score and trial counts as gRPC has them.
+  {
+    const page = await open("/");
+    const jobs = cliJson("jobs");
+    for (const j of jobs.jobs ?? jobs) {
+      const row = await page.$eval(`tr[data-job="${j.id}"]`, (r) => Object.fromEntries([...r.querySelectorAll("[data-field]")].map((c) => [c.dataset.field, c.textContent])));
+      if (j.id === finished) {
+        check(row.best_score === j.best_score.toFixed(4) && row.best_trial === String(j.best_trial), `jobs page: ${j.id} best ${row.best_score} (#${row.best_trial}) = gRPC ${j.best_score.toFixed(4)} (#${j.best_trial})`);
+        check(row.state === "SUCCEEDED" && row.trials === `${j.trials_done + j.trials_running} / ${j.trial_budget}`, `jobs page: ${j.id} state ${row.state}, trials ${row.trials}`);
+        const device = cliJson("show", j.id, "0").device;
+        check(row.device === device && row.model === j.model, `jobs page: model ${row.model}, device ${row.device} = gRPC's (${j.model}, ${device})`);
+      }
+    }
+    await page.screenshot({ path: path.join(artifacts, "jobs.png") });
+    await page.close();
+  }
+
+  // The finished job's page: every trial's numbers as `soartune trials --json` gives them; every chart drawn.
+  {
+    const page = await open(`/jobs/${finished}`);
+    const grpc = cliJson("trials", finished, "--limit", "0");
+    const rows = await page.$$eval("#trials tr[data-trial]", (rs) => rs.map((r) => Object.fromEntries([...r.querySelectorAll("[data-field]")].map((c) => [c.dataset.field, c.textContent]))));
+    check(rows.length === grpc.total, `job page: ${rows.length} rows = gRPC total ${grpc.total}`);
+    let same = 0;
+    for (const t of grpc.trials) {
+      const r = rows.find((x) => x.number === String(t.number));
+      const want = t.status === "COMPLETE"
+        ? { score: t.score.toFixed(4), accuracy: t.relative_accuracy.toFixed(2), c1: t.duration_s.c1.toFixed(3), c8: t.duration_s.c8.toFixed(3), cinf: t.duration_s.cinf.toFixed(3), status: t.status }
+        : { score: "", status: t.status };
+      const ok = r && Object.entries(want).every(([k, v]) => r[k] === v);
+      if (!ok) console.log(`  trial ${t.number}: page ${JSON.stringify(r)} vs gRPC ${JSON.stringify(want)}`);
+      same += ok ? 1 : 0;
+    }
+    check(same === grpc.trials.length, `job page: score, accuracy, tier durations and status of ${same}/${grpc.trials.length} trials equal gRPC's`);
+    const cards = await page.$$eval("#job-cards [data-field]", (cs) => Object.fromEntries(cs.map((c) => [c.dataset.field, c.textContent])));
+    const best = cliJson("best", finished);
+    check(cards.best_score === best.score.toFixed(4) && cards.best_trial === String(best.number), `job page: best ${cards.best_score} #${cards.best_trial} = gRPC best`);
+    const m = await marks(page);
+    for (const c of m) check(c.shapes > 5 && c.points > 0, `job page chart ${c.id}: ${c.shapes} shapes, ${c.points} data points`);
+    check(m.length === 4, `job page has 4 charts (${m.map((c) => c.id).join(", ")})`);
+    // Sorting by score (descending) puts the best trial first; filtering by status keeps only that status.
+    await page.click('th[data-sort="score"]');
+    const first = await page.$eval("#trials tr[data-trial]", (r) => r.dataset.trial);
+    check(first === String(best.number), `sorted by score, the first row is the best trial (${first})`);
+    await page.select('select[data-filter="status"]', "TRIAL_COMPLETE");
+    const statuses = await page.$$eval('#trials td[data-field="status"]', (cs) => [...new Set(cs.map((c) => c.textContent))]);
+    check(statuses.length === 1 && statuses[0] === "COMPLETE", `status filter keeps COMPLETE only (${statuses})`);
+    await page.select('select[data-filter="status"]', "");
+    await page.screenshot({ path: path.join(artifacts, "job.png"), fullPage: true });
+    await page.close();
+  }
+
+  // A trial page: the tier metrics as `soartune show --json` gives them, and the YAML export as the CLI's.
+  {
+    const best = cliJson("best", finished);
+    const page = await open(`/jobs/${finished}/trials/${best.number}`);
+    const tiers = await page.$$eval("#tiers tbody tr", (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)));
+    const shown = cliJson("show", finished, String(best.number));
+    check(tiers.length === 3 && shown.tiers.every((t, i) => tiers[i][0] === t.tier && tiers[i][1] === t.duration_s.toFixed(3) && tiers[i][2] === t.ttft_p50_ms.toFixed(1)),
+          `trial page: tier durations and TTFT p50 equal gRPC's (${tiers.map((t) => t.slice(0, 3).join(" ")).join("; ")})`);
+    await page.click('button[data-export="yaml"]');
+    await page.waitForFunction(() => document.getElementById("export").textContent.length > 0);
+    const yaml = await page.$eval("#export", (e) => e.textContent);
+    check(yaml.trim() === cli("export", finished, "--trial", String(best.number)).trim(), "trial page: the YAML export equals `soartune export`");
+    await page.screenshot({ path: path.join(artifacts, "trial.png"), fullPage: true });
+    await page.close();
+  }
+
+  // Compare and submissions.
+  {
+    const page = await open(`/compare?jobs=${finished},${running}`);
+    for (const c of await marks(page)) check(c.shapes > 3 && c.points > 0, `compare chart: ${c.shapes} shapes, ${c.points} points`);
+    await page.screenshot({ path: path.join(artifacts, "compare.png"), fullPage: true });
+    await page.close();
+    const subs = await open(`/submissions?job=${finished}`);
+    const left = await subs.$eval('[data-field="remaining_today"]', (e) => e.textContent);
+    const plan = cliJson("plan", finished);
+    check(left === String(plan.remaining_today ?? plan.remaining), `submissions page: ${left} left today = gRPC`);
+    check((await subs.$$eval("#submissions tbody tr", (r) => r.length)) === 1, "submissions page: the recorded submission is listed");
+    for (const c of await marks(subs)) check(c.points === 1 && c.shapes > 3, `calibration chart: ${c.points} point(s), ${c.shapes} shapes`);
+    await subs.screenshot({ path: path.join(artifacts, "submissions.png"), fullPage: true });
+    await subs.close();
+  }
+
+  // The running job's page: a trial that finishes reaches the page within 2 s (the daemon's finish time to the
+  // page's render, both on this machine's clock), and its numbers are gRPC's.
+  {
+    const page = await open(`/jobs/${running}`);
+    const doneRows = () => page.$$eval('#trials td[data-field="status"]', (cs) => cs.filter((c) => c.textContent === "COMPLETE" || c.textContent === "FAILED").length);
+    const before = await doneRows();
+    await page.waitForFunction((n) => [...document.querySelectorAll('#trials td[data-field="status"]')]
+      .filter((c) => c.textContent === "COMPLETE" || c.textContent === "FAILED").length > n, { timeout: 60000, polling: 50 }, before);
+    const seenAt = await page.evaluate(() => Number(document.body.dataset.rendered));
+    const grpc = cliJson("trials", running, "--limit", "0");
+    const newest = grpc.trials.filter((t) => t.finished_unix_ms > 0 && t.finished_unix_ms <= seenAt).sort((a, b) => b.finished_unix_ms - a.finished_unix_ms)[0];
+    const lag = seenAt - newest.finished_unix_ms;
+    check(newest && lag >= 0 && lag < 2000, `live: trial ${newest.number} finished at ${newest.finished_unix_ms}, on the page ${lag} ms later (< 2000)`);
+    const m = await marks(page);
+    for (const c of m) check(c.id === "importance" || (c.shapes > 3 && c.points > 0), `running job chart ${c.id}: ${c.shapes} shapes, ${c.points} points`);
+    await page.screenshot({ path: path.join(artifacts, "job-running.png"), fullPage: true });
+    await page.close();
+  }
+  check(consoleErrors.length === 0, `no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
+}
+
+try {
+  await main();
+} catch (e) {
+  failures++;
+  console.log(`FAIL: ${e.stack || e}`);
+} finally {
+  await cleanup();
+}
+console.log(failures ? `${failures} check(s) failed; screenshots in ${artifacts}` : `all checks passed; screenshots in ${artifacts}`);
+process.exit(failures ? 1 : 0);
