@@ -73,6 +73,7 @@ export function tradeoffOption(job, trials) {
     animation: false,
     tooltip: { trigger: "item" },
     legend: { top: 0, type: "scroll" },
+    dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }],   // the gate bands are narrow: wheel to zoom
     grid: { left: 55, right: 20, top: 40, bottom: 40 },
     xAxis: { type: "value", name: "relative accuracy %", nameLocation: "middle", nameGap: 25, min: lo, max: hi },
     yAxis: { type: "log", name: "tier duration s" },

@@ -43,6 +43,6 @@ export async function submissionsPage(main, params) {
           el("td", {}, el("a", { href: `/jobs/${encodeURIComponent(jobId)}/trials/${p.trial}` }, p.trial)), el("td", {}, p.role),
           el("td", { class: "num" }, score(p.predicted_score)), el("td", { class: "num" }, `${score(p.score_lo)}–${score(p.score_hi)}`),
           el("td", { class: "num", "data-field": "p_c1" }, (p.p_gate[0] ?? 0).toFixed(3)), el("td", { class: "num" }, p.marginal_value.toFixed(4)),
-          el("td", {}, p.explanation))))));
+          el("td", { class: "wrap" }, p.explanation))))));
   } catch (e) { planBox.replaceChildren(el("p", { class: "error" }, e.message)); }
 }

@@ -19,7 +19,7 @@ export async function trialPage(main, jobId, number) {
       exportBox.textContent = r.text;
     } catch (e) { exportBox.textContent = String(e.message); }
   } }, label);
-  main.replaceChildren(
+  main.replaceChildren(...[
     el("h1", {}, el("a", { href: `/jobs/${encodeURIComponent(jobId)}` }, job.id), ` · trial ${t.number}`, t.is_reference ? " (reference)" : ""),
     el("div", { class: "cards" },
       ...[["status", status(t.status)], ["score", t.status === "TRIAL_COMPLETE" ? score(t.score) : "—"], ["C", t.gate],
@@ -42,9 +42,10 @@ export async function trialPage(main, jobId, number) {
       el("div", { class: "panel" }, el("h2", {}, "knobs"),
         table("params", ["knob", "value"], Object.entries(t.params).sort().map(([k, v]) => [k, v]))),
       el("div", { class: "panel" }, el("h2", {}, "kernel plans"),
+        (t.plans || []).length ? null : el("p", { class: "note" }, "none reported by the worker"),
         table("plans", ["op", "shape", "choice"], (t.plans || []).map((p) => [p.op, p.shape,
           Object.entries(p.choice).map(([k, v]) => `${k}=${v}`).join(" ")])))),
     el("div", { class: "panel" }, el("h2", {}, "export"), exportButton("yaml", "YAML"), exportButton("sglang-args", "SGLang flags"),
        exportButton("env-script", "env script"), exportBox),
-    el("div", { class: "panel" }, el("h2", {}, "log tail"), el("pre", { id: "log" }, t.log_tail || "")));
+    el("div", { class: "panel" }, el("h2", {}, "log tail"), el("pre", { id: "log" }, t.log_tail || ""))].filter(Boolean));
 }
