@@ -68,12 +68,23 @@ std::optional<HttpAnswer> fill_request(gp::Message& req, nlohmann::json fields,
 }
 
 template <typename Req, typename Resp, typename Call>
-HttpAnswer answer(Req& req, Call call) {
+HttpAnswer answer(Req& req, Call call, const std::function<void(Resp&)>& trim = nullptr) {
   grpc::ServerContext ctx;
   Resp resp;
   grpc::Status s = call(&ctx, &req, &resp);
   if (!s.ok()) return error_answer(s);
+  if (trim) trim(resp);
   return {200, to_api_json(resp)};
+}
+
+// The bulky per-trial fields a listing leaves out (the worker's JSON, its log, kernel plans, environment).
+void trim_for_listing(pb::ListTrialsResponse& r) {
+  for (pb::Trial& t : *r.mutable_trials()) {
+    t.clear_result_json();
+    t.clear_log_tail();
+    t.clear_plans();
+    t.clear_env();
+  }
 }
 
 }  // namespace
@@ -143,7 +154,7 @@ HttpAnswer HttpApi::get(const std::string& path, const std::multimap<std::string
   if (what == "trials" && p.size() == 4) {
     pb::ListTrialsRequest req;
     if (auto e = fill_request(req, job, query, {"status", "order_by", "page_size", "page_token"})) return *e;
-    return answer<pb::ListTrialsRequest, pb::ListTrialsResponse>(req, bind(&TunerService::ListTrials));
+    return answer<pb::ListTrialsRequest, pb::ListTrialsResponse>(req, bind(&TunerService::ListTrials), trim_for_listing);
   }
   if (what == "trials" && p.size() == 5) {
     pb::GetTrialRequest req;

@@ -5,6 +5,8 @@
 //   GET /api/jobs                         ListJobs          page_size, page_token
 //   GET /api/jobs/<id>                    GetJob
 //   GET /api/jobs/<id>/trials             ListTrials        status, order_by, page_size, page_token
+//                                         (each trial without result_json, log_tail, plans and env: the
+//                                         trial's own route has them; a page of 1000 stays small)
 //   GET /api/jobs/<id>/trials/<number>    GetTrial
 //   GET /api/jobs/<id>/best               GetBest
 //   GET /api/jobs/<id>/export             ExportConfig      trial (default: the best), format

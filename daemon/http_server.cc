@@ -127,6 +127,9 @@ Result<int> DashboardServer::start(const std::string& listen) {
   int bound = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) return Status::Precondition("http_listen: cannot listen on " + listen + " (in use?)");
   thread_ = std::thread([&s] { s.listen_after_bind(); });
+  // httplib's stop() does nothing before the accept loop runs, so start() returns only once it does.
+  for (int i = 0; i < 5000 && !s.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!s.is_running()) return Status::Internal("http_listen: bound " + listen + " but the server did not start");
   return bound;
 }
 

@@ -11,7 +11,9 @@
 //     file), mean and p99 over the job: unlike the figures above it does not depend on the floor;
 //   - watch latency: from the moment a trial is recorded finished (its finished_ms) to the moment the
 //     watcher holds the event, p50 / p99 / max over the job's TRIAL_FINISHED events.
-// Usage: runner_bench [--trials N] [--keep DIR]. Prints one line of key=value figures.
+// Usage: runner_bench [--trials N] [--keep DIR] [--wide]. Prints one line of key=value figures. --wide adds a
+// second knob (max_prefill_tokens) to the space, which has only 1024 configs without it: for jobs of more trials
+// (the kept store of a 10,000-trial job is what daemon/bench/dashboard_load.mjs opens).
 #include <unistd.h>
 
 #include <sys/stat.h>
@@ -55,13 +57,15 @@ double quantile(std::vector<double> v, double q) {
 
 int main(int argc, char** argv) {
   int trials = 300;
+  bool wide = false;
   std::string keep;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
+    else if (a == "--wide") wide = true;
     else if (a == "--keep" && i + 1 < argc) keep = argv[++i];
     else {
-      std::fprintf(stderr, "usage: runner_bench [--trials N] [--keep DIR]\n");
+      std::fprintf(stderr, "usage: runner_bench [--trials N] [--keep DIR] [--wide]\n");
       return 2;
     }
   }
@@ -104,7 +108,8 @@ int main(int argc, char** argv) {
   const std::string spec = "model: synthetic:tiny\nstrategy: random\nseed: 1\n"
                            "workload: {requests: [{input_len: 4, output_len: 4, count: 1}]}\n"
                            "budget: {trials: " + std::to_string(trials) + "}\n"
-                           "space: {max_running_requests: {type: int, low: 1, high: 1024}}\n";
+                           "space: {max_running_requests: {type: int, low: 1, high: 1024}" +
+                           std::string(wide ? ", max_prefill_tokens: {type: int, low: 16, high: 131072}" : "") + "}\n";
   const auto t0 = std::chrono::steady_clock::now();
   auto job = jobs.submit(spec);
   if (!job.ok()) {

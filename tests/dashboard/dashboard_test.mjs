@@ -206,6 +206,7 @@ async function main() {
     const m = await marks(page);
     for (const c of m) check(c.id === "importance" || (c.shapes > 3 && c.points > 0), `running job chart ${c.id}: ${c.shapes} shapes, ${c.points} points`);
     await page.screenshot({ path: path.join(artifacts, "job-running.png"), fullPage: true });
+    await page.screenshot({ path: path.join(artifacts, "job-running-top.png") });   // the view README shows
     await page.close();
   }
   check(consoleErrors.length === 0, `no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
