@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
                            "workload: {requests: [{input_len: 4, output_len: 4, count: 1}]}\n"
                            "budget: {trials: " + std::to_string(trials) + "}\n"
                            "space: {max_running_requests: {type: int, low: 1, high: 1024}" +
-                           std::string(wide ? ", max_prefill_tokens: {type: int, low: 16, high: 131072}" : "") + "}\n";
+                           std::string(wide ? ", max_prefill_tokens: {type: int, low: 16, high: 4096}" : "") + "}\n";
   const auto t0 = std::chrono::steady_clock::now();
   auto job = jobs.submit(spec);
   if (!job.ok()) {
