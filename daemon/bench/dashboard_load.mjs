@@ -41,7 +41,7 @@ try {
     }
     const all = performance.now() - t;
     const tab = await browser.newPage();
-    await tab.goto(`${base}/jobs/${job.id}`, { waitUntil: "commit" });
+    await tab.goto(`${base}/jobs/${job.id}`, { waitUntil: "domcontentloaded" });
     await tab.waitForFunction(() => {
       const d = document.getElementById("history");
       const c = d && window.echarts && echarts.getInstanceByDom(d);
