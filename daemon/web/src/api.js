@@ -7,12 +7,15 @@ export async function get(path) {
   return body;
 }
 
-// Every page of a list call, in the API's largest page size.
-export async function allTrials(jobId, query = "") {
+// Every page of a list call, in the API's largest page size; onPage(trials so far, total) after each but the last.
+export async function allTrials(jobId, query = "", onPage = null) {
   let trials = [], token = "";
   for (;;) {
-    const page = await get(`/api/jobs/${encodeURIComponent(jobId)}/trials?page_size=1000&page_token=${encodeURIComponent(token)}${query}`);
+    // Page tokens are offsets, so a small first page (drawn at once) can be followed by large ones.
+    const size = onPage && trials.length === 0 ? 200 : 1000;
+    const page = await get(`/api/jobs/${encodeURIComponent(jobId)}/trials?page_size=${size}&page_token=${encodeURIComponent(token)}${query}`);
     trials = trials.concat(page.trials);
+    if (onPage && page.next_page_token) onPage(trials, page.total);
     token = page.next_page_token;
     if (!token) return trials;
   }

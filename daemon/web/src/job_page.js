@@ -34,7 +34,7 @@ function panel(title, id, note) {
 
 export async function jobPage(main, jobId) {
   let job = await get(`/api/jobs/${encodeURIComponent(jobId)}`);
-  let trials = await allTrials(jobId);
+  let trials = [], expected = 0;
   const headerBox = el("div", {});
   const tableBox = el("div", { class: "panel" });
   main.replaceChildren(
@@ -58,13 +58,17 @@ export async function jobPage(main, jobId) {
       importance: importanceOption(mainEffects(trials, knobs)),
     };
     for (const [id, opt] of Object.entries(options)) {
-      if (!charts[id]) charts[id] = makeChart(document.getElementById(id), trials.length);
+      if (!charts[id]) charts[id] = makeChart(document.getElementById(id), Math.max(expected, trials.length));
       charts[id].setOption(opt, true);
     }
     table.render(job, trials, knobs);
     document.body.dataset.trials = String(trials.length);
     document.body.dataset.rendered = String(Date.now());
   };
+  // A large job draws its first page of trials at once, then the whole job when every page is in.
+  trials = await allTrials(jobId, "", (first, total) => {
+    if (trials.length === 0) { trials = first; expected = total; render(); document.body.dataset.partial = `${first.length}/${total}`; }
+  });
   render();
   window.addEventListener("resize", () => Object.values(charts).forEach((c) => c.resize()));
 
