@@ -46,6 +46,11 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
         for (const auto& d : v) cfg.devices.push_back(d.as<std::string>());
       } else if (key == "trial_timeout_s") cfg.trial_timeout_s = v.as<double>();
       else if (key == "log_level") cfg.log_level = v.as<std::string>();
+      else if (key == "tls_cert") cfg.security.tls_cert = relative_to(v.as<std::string>(), base);
+      else if (key == "tls_key") cfg.security.tls_key = relative_to(v.as<std::string>(), base);
+      else if (key == "tls_client_ca") cfg.security.tls_client_ca = relative_to(v.as<std::string>(), base);
+      else if (key == "token_file") cfg.security.token_file = relative_to(v.as<std::string>(), base);
+      else if (key == "insecure_listen_anywhere") cfg.security.insecure_listen_anywhere = v.as<bool>();
       else if (key == "submissions") {
         if (!v.IsMap()) return Status::Invalid("submissions: must be a mapping {per_day, timezone}");
         for (const auto& s : v) {
@@ -74,7 +79,7 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
       } else {
         return Status::Invalid(key + ": unknown field; allowed: listen, port_file, database, worker, workloads_dir, "
                                "work_dir, parallel_trials, devices, trial_timeout_s, log_level, submissions, "
-                               "executor, slurm");
+                               "executor, slurm, tls_cert, tls_key, tls_client_ca, token_file, insecure_listen_anywhere");
       }
     }
   } catch (const YAML::Exception& e) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/listen_security.h"
 #include "search/budget_day.h"
 #include "core/status.h"
 
@@ -35,6 +36,7 @@ struct DaemonConfig {
   std::string submissions_timezone = search::kDefaultBudgetTimeZone;
   std::string executor = "local";           // local: worker processes on this host; slurm: one Slurm job per trial
   SlurmConfig slurm;
+  ListenSecurity security;                  // TLS, token; off-loopback rule (daemon/listen_security.h)
 };
 
 // Reads `path` (YAML) into `cfg`; unknown keys and bad values are errors naming the key. Relative paths in

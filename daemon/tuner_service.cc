@@ -206,6 +206,7 @@ grpc::Status TunerService::GetJob(grpc::ServerContext*, const pb::GetJobRequest*
   Result<JobView> v = jobs_.get_job(req->job_id());
   if (!v.ok()) return to_grpc(v.status());
   to_proto(v.value(), out);
+  for (const std::string& w : daemon_warnings_) out->add_daemon_warnings(w);
   return grpc::Status::OK;
 }
 
