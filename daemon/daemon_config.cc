@@ -46,7 +46,11 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
         for (const auto& d : v) cfg.devices.push_back(d.as<std::string>());
       } else if (key == "trial_timeout_s") cfg.trial_timeout_s = v.as<double>();
       else if (key == "log_level") cfg.log_level = v.as<std::string>();
-      else if (key == "tls_cert") cfg.security.tls_cert = relative_to(v.as<std::string>(), base);
+      else if (key == "data_roots") {
+        if (!v.IsSequence()) return Status::Invalid("data_roots: must be a list of directories");
+        cfg.data_roots.clear();
+        for (const auto& d : v) cfg.data_roots.push_back(relative_to(d.as<std::string>(), base));
+      } else if (key == "tls_cert") cfg.security.tls_cert = relative_to(v.as<std::string>(), base);
       else if (key == "tls_key") cfg.security.tls_key = relative_to(v.as<std::string>(), base);
       else if (key == "tls_client_ca") cfg.security.tls_client_ca = relative_to(v.as<std::string>(), base);
       else if (key == "token_file") cfg.security.token_file = relative_to(v.as<std::string>(), base);
@@ -79,7 +83,8 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
       } else {
         return Status::Invalid(key + ": unknown field; allowed: listen, port_file, database, worker, workloads_dir, "
                                "work_dir, parallel_trials, devices, trial_timeout_s, log_level, submissions, "
-                               "executor, slurm, tls_cert, tls_key, tls_client_ca, token_file, insecure_listen_anywhere");
+                               "executor, slurm, tls_cert, tls_key, tls_client_ca, token_file, insecure_listen_anywhere, "
+                               "data_roots");
       }
     }
   } catch (const YAML::Exception& e) {
@@ -100,6 +105,15 @@ Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, cons
   cfg.worker = fs::absolute(cfg.worker, ec).string();
   cfg.work_dir = fs::absolute(cfg.work_dir, ec).string();
   cfg.workloads_dir = fs::absolute(cfg.workloads_dir, ec).string();
+  if (cfg.data_roots.empty()) {
+    cfg.data_roots.push_back(fs::current_path(ec).string());
+    if (!config_path.empty()) cfg.data_roots.push_back(fs::absolute(config_path, ec).parent_path().string());
+  }
+  for (std::string& r : cfg.data_roots) {
+    r = fs::absolute(r, ec).lexically_normal().string();
+    if (!fs::is_directory(r, ec)) spdlog::warn("data_roots: {} is not a directory (yet); nothing is read there", r);
+  }
+  cfg.data_roots.push_back(cfg.workloads_dir);
   if (cfg.parallel_trials < 1) return Status::Invalid("parallel_trials: must be >= 1");
   if (cfg.executor != "local" && cfg.executor != "slurm")
     return Status::Invalid("executor: '" + cfg.executor + "' is not one of local, slurm");

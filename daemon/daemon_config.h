@@ -36,6 +36,9 @@ struct DaemonConfig {
   std::string submissions_timezone = search::kDefaultBudgetTimeZone;
   std::string executor = "local";           // local: worker processes on this host; slurm: one Slurm job per trial
   SlurmConfig slurm;
+  // Job specs may name models, accuracy sets and workloads only under these (symlinks resolved). Default:
+  // the working directory and the config file's directory; the workloads directory is always one.
+  std::vector<std::string> data_roots;
   ListenSecurity security;                  // TLS, token; off-loopback rule (daemon/listen_security.h)
 };
 

@@ -10,6 +10,7 @@
 
 #include "core/knob_catalogue.h"
 #include "core/launch_config.h"
+#include "daemon/data_roots.h"
 #include "search/strategy.h"
 
 namespace soartune::daemon {
@@ -81,7 +82,7 @@ Result<std::string> read_choice(const YAML::Node& n, const std::string& field,
   return Status::Invalid(field + ": '" + n.Scalar() + "' is not one of " + join(allowed));
 }
 
-Result<std::string> resolve_model(const YAML::Node& n) {
+Result<std::string> resolve_model(const YAML::Node& n, const SpecContext& ctx) {
   const std::string field = "model";
   if (!n.IsDefined() || n.IsNull()) return Status::Invalid("model: missing; give hf:<dir> or synthetic:<preset>");
   if (!n.IsScalar()) return Status::Invalid("model: must be a string: hf:<dir> or synthetic:<preset>");
@@ -96,9 +97,11 @@ Result<std::string> resolve_model(const YAML::Node& n) {
   if (m.rfind("hf:", 0) == 0) {
     std::string dir = m.substr(3);
     if (dir.empty()) return Status::Invalid("model: hf: needs a directory (hf:<dir>)");
+    Result<std::string> confined = confine_to_data_roots(dir, ctx.data_roots, "model");
+    if (!confined.ok()) return confined.status();
     std::error_code ec;
-    fs::path p = fs::absolute(dir, ec);
-    if (ec || !fs::is_directory(p)) return Status::Invalid("model: " + dir + " is not a directory");
+    fs::path p = confined.value();
+    if (!fs::is_directory(p, ec)) return Status::Invalid("model: " + dir + " is not a directory");
     if (!fs::exists(p / "config.json")) return Status::Invalid("model: " + dir + " has no config.json");
     return "hf:" + fs::weakly_canonical(p).string();
   }
@@ -135,6 +138,8 @@ Result<YAML::Node> resolve_workload(const YAML::Node& n, const SpecContext& ctx,
     static const std::regex kName("[A-Za-z0-9][A-Za-z0-9._-]*");
     if (!std::regex_match(wname, kName)) return Status::Invalid("workload: '" + wname + "' is not a valid workload name");
     fs::path file = fs::path(ctx.workloads_dir) / (wname + ".yaml");
+    if (Result<std::string> c = confine_to_data_roots(file.string(), ctx.data_roots, "workload"); !c.ok())
+      return c.status();
     if (!fs::exists(file)) {
       std::vector<std::string> known;
       std::error_code ec;
@@ -167,7 +172,7 @@ Result<YAML::Node> resolve_workload(const YAML::Node& n, const SpecContext& ctx,
   return out;
 }
 
-Result<YAML::Node> resolve_accuracy(const YAML::Node& n) {
+Result<YAML::Node> resolve_accuracy(const YAML::Node& n, const SpecContext& ctx) {
   YAML::Node out(YAML::NodeType::Map);
   out["set"] = "synthetic";
   out["samples"] = 16;
@@ -193,9 +198,12 @@ Result<YAML::Node> resolve_accuracy(const YAML::Node& n) {
       fs::path p = set.value();
       if (p.extension() != ".jsonl")
         return Status::Invalid("accuracy.set: '" + set.value() + "' is not synthetic or a path to a .jsonl file");
+      Result<std::string> confined = confine_to_data_roots(set.value(), ctx.data_roots, "accuracy.set");
+      if (!confined.ok()) return confined.status();
       std::error_code ec;
-      if (!fs::is_regular_file(p, ec)) return Status::Invalid("accuracy.set: file " + set.value() + " not found");
-      out["set"] = fs::weakly_canonical(fs::absolute(p)).string();
+      if (!fs::is_regular_file(confined.value(), ec))
+        return Status::Invalid("accuracy.set: file " + set.value() + " not found");
+      out["set"] = confined.value();
     }
   }
   for (const char* k : {"samples", "prompt_len", "continuation_len"}) {
@@ -275,7 +283,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
     if (!root["name"].IsScalar()) return Status::Invalid("name: must be a string");
     spec.name = root["name"].Scalar();
   }
-  Result<std::string> model = resolve_model(root["model"]);
+  Result<std::string> model = resolve_model(root["model"], ctx);
   if (!model.ok()) return model.status();
   spec.model = model.value();
 
@@ -337,7 +345,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   Result<YAML::Node> workload = resolve_workload(root["workload"], ctx, &spec.workload_name);
   if (!workload.ok()) return workload.status();
   spec.workload = workload.value();
-  Result<YAML::Node> accuracy = resolve_accuracy(root["accuracy"]);
+  Result<YAML::Node> accuracy = resolve_accuracy(root["accuracy"], ctx);
   if (!accuracy.ok()) return accuracy.status();
   spec.accuracy = accuracy.value();
   spec.accuracy_proxy = spec.accuracy["model"].IsDefined();

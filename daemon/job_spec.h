@@ -52,6 +52,7 @@ struct JobSpec {
 
 struct SpecContext {
   std::string workloads_dir;   // where named workloads live (<name>.yaml)
+  std::vector<std::string> data_roots;   // models, accuracy sets, workloads only under these (empty: anywhere)
 };
 
 // Parses and validates a job spec. kInvalidArgument naming the field on any problem.

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   std::string config_path, listen, database, worker, workloads_dir, work_dir, log_level, port_file;
   int port = -1, parallel = 0;
   double timeout = 0;
-  std::vector<std::string> devices;
+  std::vector<std::string> devices, data_roots;
   std::string tls_cert, tls_key, tls_client_ca, token_file;
   bool insecure_listen_anywhere = false;
   app.add_option("--config", config_path, "daemon config YAML (configs/daemon.yaml)");
@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
   app.add_option("--devices", devices, "devices, one trial each at a time: cpu, cuda:0, ...");
   app.add_option("--trial-timeout-s", timeout, "default per-trial timeout, seconds");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off");
+  app.add_option("--data-root", data_roots,
+                 "read models, accuracy sets and workloads only under DIR (repeatable; default: the working "
+                 "directory and the config's directory)");
   app.add_option("--tls-cert", tls_cert, "PEM server certificate chain (TLS)");
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--tls-client-ca", tls_client_ca, "PEM CA bundle: clients must present a certificate it signed");
@@ -82,6 +85,7 @@ int main(int argc, char** argv) {
   if (!devices.empty()) cfg.devices = devices;
   if (timeout > 0) cfg.trial_timeout_s = timeout;
   if (!log_level.empty()) cfg.log_level = log_level;
+  if (!data_roots.empty()) cfg.data_roots = data_roots;
   if (!tls_cert.empty()) cfg.security.tls_cert = tls_cert;
   if (!tls_key.empty()) cfg.security.tls_key = tls_key;
   if (!tls_client_ca.empty()) cfg.security.tls_client_ca = tls_client_ca;
@@ -133,11 +137,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string host = cfg.listen.substr(0, cfg.listen.rfind(':'));
-  spdlog::info("soartuned {} ({}) listening on {}:{} ({}{}); database {}, worker {}, devices {}, parallel trials {}",
+  spdlog::info("soartuned {} ({}) listening on {}:{} ({}{}); database {}, worker {}, devices {}, parallel trials {}; data roots {}",
                SOARTUNE_VERSION, SOARTUNE_GIT_COMMIT, host, bound_port,
                security.value().tls ? (cfg.security.tls_client_ca.empty() ? "TLS" : "mutual TLS") : "no TLS",
                security.value().token ? ", bearer token" : "", cfg.database, cfg.worker,
-               fmt::join(cfg.devices, ","), cfg.parallel_trials);
+               fmt::join(cfg.devices, ","), cfg.parallel_trials, fmt::join(cfg.data_roots, ", "));
   if (!cfg.port_file.empty()) {
     std::string tmp = cfg.port_file + ".tmp";
     std::ofstream(tmp) << bound_port << "\n";

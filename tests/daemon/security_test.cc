@@ -279,5 +279,44 @@ TEST(ListenSecurity, PortZeroBindsOnePort) {
   }
 }
 
+
+TEST(DataRoots, SpecsCannotMakeTheDaemonReadOutsideItsRoots) {
+  TempDir dir;
+  const std::string root = dir.file("root"), outside = dir.file("outside");
+  std::filesystem::create_directories(root);
+  write_file(outside + "/secret.jsonl", "root:x:0:0:SECRET-FIRST-LINE\n");
+  write_file(outside + "/model/config.json", "{\"SECRET\": 1}\n");
+  std::filesystem::create_symlink(outside + "/secret.jsonl", root + "/x.jsonl");
+  std::filesystem::create_symlink(outside + "/model", root + "/model");
+  Daemon d(dir, {"--data-root", root});
+  ASSERT_TRUE(d.start()) << d.log();
+
+  auto submit = [&](const std::string& from, const std::string& to) {
+    std::string spec = kJob;
+    spec.replace(spec.find(from), from.size(), to);
+    write_file(dir.file("job.yaml"), spec);
+    return d.cli({"submit", dir.file("job.yaml")});
+  };
+  const std::string synthetic_set = "accuracy: {set: synthetic, samples: 2, prompt_len: 8, continuation_len: 4}";
+  for (const std::string& set : {root + "/x.jsonl", outside + "/secret.jsonl", root + "/../outside/secret.jsonl"}) {
+    ProcessResult r = submit(synthetic_set, "accuracy: {set: " + set + ", samples: 2}");
+    EXPECT_NE(r.exit_code, 0) << set;
+    EXPECT_NE(r.err_tail.find("PERMISSION_DENIED: accuracy.set"), std::string::npos) << r.err_tail;
+    EXPECT_EQ(r.err_tail.find("SECRET"), std::string::npos) << r.err_tail;
+  }
+  // A model directory outside the roots, existing or not, gets the same answer: nothing about it leaks.
+  for (const std::string& model : {root + "/model", outside + "/model", std::string("/nonexistent/dir"),
+                                   std::string("/etc")}) {
+    ProcessResult r = submit("synthetic:tiny", "hf:" + model);
+    EXPECT_NE(r.exit_code, 0) << model;
+    EXPECT_NE(r.err_tail.find("PERMISSION_DENIED: model"), std::string::npos) << r.err_tail;
+    EXPECT_EQ(r.err_tail.find("SECRET"), std::string::npos) << r.err_tail;
+    EXPECT_EQ(r.err_tail.find("not a directory"), std::string::npos) << r.err_tail;
+  }
+  ProcessResult jobs = d.cli({"jobs"});
+  EXPECT_EQ(jobs.exit_code, 0);
+  EXPECT_EQ(jobs.out.find("sec"), std::string::npos) << "a refused job was stored:\n" << jobs.out;
+}
+
 }  // namespace
 }  // namespace soartune::daemon
