@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "daemon/request_limits.h"
+
 namespace soartune::daemon {
 
 namespace fs = std::filesystem;
@@ -22,6 +24,7 @@ bool is_under(const fs::path& p, const fs::path& root) {
 
 soartune::Result<std::string> confine_to_data_roots(const std::string& path, const std::vector<std::string>& roots,
                                                     const std::string& field) {
+  if (Status s = check_path_length(path, field); !s.ok()) return s;
   std::error_code ec;
   // weakly_canonical resolves every symlink along the existing prefix, the last component included, so a link
   // inside a root that points outside it is judged by where it points.

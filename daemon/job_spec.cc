@@ -11,6 +11,7 @@
 #include "core/knob_catalogue.h"
 #include "core/launch_config.h"
 #include "daemon/data_roots.h"
+#include "daemon/request_limits.h"
 #include "search/strategy.h"
 
 namespace soartune::daemon {
@@ -62,6 +63,16 @@ Result<double> read_positive(const YAML::Node& n, const std::string& field) {
   } catch (const std::exception&) {
     return Status::Invalid(field + ": '" + n.Scalar() + "' is not a positive number");
   }
+}
+
+// A positive number no larger than `hi` (its unit in `unit`), so that no timeout or budget overflows a clock.
+Result<double> read_positive_at_most(const YAML::Node& n, const std::string& field, double hi, const std::string& unit) {
+  Result<double> d = read_positive(n, field);
+  if (!d.ok()) return d;
+  if (d.value() > hi)
+    return Status::Invalid(field + ": " + n.Scalar() + " is out of range; allowed: > 0 and at most " +
+                           std::to_string(static_cast<int64_t>(hi)) + " " + unit);
+  return d;
 }
 
 Result<bool> read_bool(const YAML::Node& n, const std::string& field) {
@@ -282,6 +293,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (root["name"].IsDefined() && !root["name"].IsNull()) {
     if (!root["name"].IsScalar()) return Status::Invalid("name: must be a string");
     spec.name = root["name"].Scalar();
+    if (Status s = check_text(spec.name, "name", kMaxNameBytes); !s.ok()) return s;
   }
   Result<std::string> model = resolve_model(root["model"], ctx);
   if (!model.ok()) return model.status();
@@ -312,7 +324,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
       spec.trial_budget = static_cast<int>(t.value());
     }
     if (b["time_s"].IsDefined()) {
-      Result<double> t = read_positive(b["time_s"], "budget.time_s");
+      Result<double> t = read_positive_at_most(b["time_s"], "budget.time_s", kMaxTimeBudgetS, "s (30 days)");
       if (!t.ok()) return t.status();
       spec.time_budget_s = t.value();
     }
@@ -320,7 +332,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
       if (!sw.IsMap()) return Status::Invalid("budget.stop_when: must be a mapping {ei_below_pct, rounds}");
       if (Status s = check_keys(sw, "budget.stop_when", {"ei_below_pct", "rounds"}); !s.ok()) return s;
       if (!sw["ei_below_pct"].IsDefined()) return Status::Invalid("budget.stop_when.ei_below_pct: missing");
-      Result<double> x = read_positive(sw["ei_below_pct"], "budget.stop_when.ei_below_pct");
+      Result<double> x = read_positive_at_most(sw["ei_below_pct"], "budget.stop_when.ei_below_pct", 100, "%");
       if (!x.ok()) return x.status();
       StopRule rule{x.value(), 3};
       if (sw["rounds"].IsDefined()) {
@@ -337,7 +349,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
     spec.parallel_trials = static_cast<int>(p.value());
   }
   if (root["trial_timeout_s"].IsDefined()) {
-    Result<double> t = read_positive(root["trial_timeout_s"], "trial_timeout_s");
+    Result<double> t = read_positive_at_most(root["trial_timeout_s"], "trial_timeout_s", kMaxTrialTimeoutS, "s (7 days)");
     if (!t.ok()) return t.status();
     spec.trial_timeout_s = t.value();
   }

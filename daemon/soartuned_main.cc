@@ -18,6 +18,7 @@
 
 #include "daemon/daemon_config.h"
 #include "daemon/job_manager.h"
+#include "daemon/request_limits.h"
 #include "daemon/store.h"
 #include "daemon/tuner_service.h"
 
@@ -129,6 +130,7 @@ int main(int argc, char** argv) {
   // binds a port of its own: a second, unreported port would serve the API. It also keeps another process
   // from binding our port beside us.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxRequestBytes));
   builder.AddListeningPort(cfg.listen, security.value().credentials, &bound_port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

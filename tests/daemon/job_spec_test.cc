@@ -242,5 +242,24 @@ TEST_F(JobSpecTest, GatingOnRandomWeightsWarnsAndAProxyModelIsLabelled) {
   expect_error(with("accuracy", "accuracy: {model: synthetic:tiny}"), "accuracy.model");
 }
 
+// Sizes and numbers a hostile or careless client could send: each refused with INVALID_ARGUMENT naming the field.
+TEST_F(JobSpecTest, OversizedTextsAndUnboundedNumbersAreRefused) {
+  const std::string after_name = good_spec().substr(good_spec().find('\n'));   // name: is the first line
+  expect_error("name: " + std::string(3u << 20, 'x') + after_name, "name");
+  expect_error("name: " + std::string(201, 'x') + after_name, "name");
+  expect_error(with("trial_timeout_s", "trial_timeout_s: 1e308"), "trial_timeout_s");
+  expect_error(with("trial_timeout_s", "trial_timeout_s: 604801"), "trial_timeout_s");
+  expect_error(with("budget", "budget: {time_s: 1e308}"), "budget.time_s");
+  expect_error(with("budget", "budget: {stop_when: {ei_below_pct: 1e308}}"), "budget.stop_when.ei_below_pct");
+  expect_error(with("scoring", "scoring: {weights: {c1: 1e308}}"), "scoring.weights.c1");
+  expect_error(with("model", "model: hf:/tmp/" + std::string(300, 'm')), "model");
+  expect_error(with("model", "model: hf:" + std::string(5000, 'm')), "model");
+  expect_error(with("accuracy", "accuracy: {set: /tmp/" + std::string(300, 'a') + ".jsonl}"), "accuracy.set");
+  expect_error(with("workload", "workload: " + std::string(300, 'w')), "workload");
+  // At the limits they still parse.
+  EXPECT_TRUE(parse("name: " + std::string(200, 'x') + after_name).ok());
+  EXPECT_TRUE(parse(with("trial_timeout_s", "trial_timeout_s: 604800")).ok());
+}
+
 }  // namespace
 }  // namespace soartune::daemon
