@@ -1,5 +1,7 @@
 #include "daemon/daemon_config.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -84,7 +86,7 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
         return Status::Invalid(key + ": unknown field; allowed: listen, port_file, database, worker, workloads_dir, "
                                "work_dir, parallel_trials, devices, trial_timeout_s, log_level, submissions, "
                                "executor, slurm, tls_cert, tls_key, tls_client_ca, token_file, insecure_listen_anywhere, "
-                               "data_roots");
+                               "data_roots, worker_memory_limit_mb");
       }
     }
   } catch (const YAML::Exception& e) {
@@ -135,6 +137,11 @@ Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, cons
       return Status::Invalid("devices[" + std::to_string(i) + "]: '" + d + "' is not cpu, cpu:<n> or cuda:<index>");
     for (size_t j = 0; j < i && cfg.executor == "local"; ++j)
       if (cfg.devices[j] == d) return Status::Invalid("devices[" + std::to_string(i) + "]: " + d + " listed twice");
+  }
+  if (cfg.worker_memory_limit_mb < 0) return Status::Invalid("worker_memory_limit_mb: must be >= 0 (0: 80% of memory)");
+  if (cfg.worker_memory_limit_mb == 0) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) cfg.worker_memory_limit_mb = static_cast<int64_t>(pages) * page / (1 << 20) * 4 / 5;
   }
   if (cfg.trial_timeout_s <= 0) return Status::Invalid("trial_timeout_s: must be > 0");
   if (spdlog::level::from_str(cfg.log_level) == spdlog::level::off && cfg.log_level != "off")

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   CLI::App app{"soartuned: the soartune tuning daemon (gRPC service soartune.v1.Tuner)"};
   std::string config_path, listen, database, worker, workloads_dir, work_dir, log_level, port_file;
   int port = -1, parallel = 0;
+  int64_t worker_memory_limit_mb = -1;
   double timeout = 0;
   std::vector<std::string> devices, data_roots;
   std::string tls_cert, tls_key, tls_client_ca, token_file;
@@ -56,6 +57,8 @@ int main(int argc, char** argv) {
   app.add_option("--data-root", data_roots,
                  "read models, accuracy sets and workloads only under DIR (repeatable; default: the working "
                  "directory and the config's directory)");
+  app.add_option("--worker-memory-limit-mb", worker_memory_limit_mb,
+                 "address-space cap of each CPU worker, MiB (0: 80% of the machine's memory)");
   app.add_option("--tls-cert", tls_cert, "PEM server certificate chain (TLS)");
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--tls-client-ca", tls_client_ca, "PEM CA bundle: clients must present a certificate it signed");
@@ -87,6 +90,7 @@ int main(int argc, char** argv) {
   if (timeout > 0) cfg.trial_timeout_s = timeout;
   if (!log_level.empty()) cfg.log_level = log_level;
   if (!data_roots.empty()) cfg.data_roots = data_roots;
+  if (worker_memory_limit_mb >= 0) cfg.worker_memory_limit_mb = worker_memory_limit_mb;
   if (!tls_cert.empty()) cfg.security.tls_cert = tls_cert;
   if (!tls_key.empty()) cfg.security.tls_key = tls_key;
   if (!tls_client_ca.empty()) cfg.security.tls_client_ca = tls_client_ca;
