@@ -11,6 +11,7 @@
 #include "core/knob_catalogue.h"
 #include "core/launch_config.h"
 #include "daemon/data_roots.h"
+#include "daemon/model_facts.h"
 #include "daemon/request_limits.h"
 #include "search/strategy.h"
 
@@ -403,6 +404,29 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (const YAML::Node lo = root["layer_overrides"]; lo.IsDefined() && !lo.IsNull()) {
     if (Status s = check_layer_overrides(lo); !s.ok()) return s;
     spec.layer_overrides = YAML::Clone(lo);
+  }
+  if (spec.model.rfind("hf:", 0) == 0) {
+    // What can be known before any trial runs: the layers the overrides name exist, the workload fits.
+    const std::string dir = spec.model.substr(3);
+    if (Result<std::string> c = confine_to_data_roots(dir + "/config.json", ctx.data_roots, "model"); !c.ok())
+      return c.status();
+    Result<ModelFacts> facts = read_model_facts(dir);
+    if (!facts.ok()) return facts.status();
+    if (spec.layer_overrides.IsDefined() && spec.layer_overrides.IsMap()) {
+      Result<LaunchConfig> lc = LaunchConfig::parse(YAML::Node(), spec.layer_overrides);
+      if (!lc.ok()) return lc.status();
+      if (Status s = lc.value().check_layers(facts.value().layers); !s.ok()) return s;
+    }
+    if (const int64_t ctx_len = facts.value().max_position; ctx_len > 0) {
+      const YAML::Node reqs = spec.workload["requests"];
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        const int64_t len = reqs[i]["input_len"].as<int64_t>() + reqs[i]["output_len"].as<int64_t>();
+        if (len > ctx_len)
+          return Status::Invalid("workload.requests[" + std::to_string(i) + "]: input_len + output_len = " +
+                                 std::to_string(len) + " exceeds the model's context of " + std::to_string(ctx_len) +
+                                 " tokens (max_position_embeddings)");
+      }
+    }
   }
   if (const YAML::Node sub = root["submissions"]; sub.IsDefined() && !sub.IsNull()) {
     if (!sub.IsMap()) return Status::Invalid("submissions: must be a mapping {per_day, timezone}");

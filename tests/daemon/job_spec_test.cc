@@ -261,5 +261,30 @@ TEST_F(JobSpecTest, OversizedTextsAndUnboundedNumbersAreRefused) {
   EXPECT_TRUE(parse(with("trial_timeout_s", "trial_timeout_s: 604800")).ok());
 }
 
+
+// An hf: model's config.json bounds what a spec may ask of it: layer overrides within its layers, workloads
+// within its context; a config.json that is not JSON is refused without quoting it.
+TEST_F(JobSpecTest, HfModelBoundsLayerOverridesAndWorkloadLengths) {
+  write_file(dir_.file("m/config.json"), R"({"num_hidden_layers": 4, "max_position_embeddings": 64})");
+  const std::string model = "model: hf:" + dir_.file("m");
+  auto spec = [&](const std::string& extra, const std::string& workload) {
+    std::string s = with("model", model);
+    s = s.substr(0, s.find("\nworkload:") + 1) + workload + s.substr(s.find('\n', s.find("\nworkload:") + 1));
+    return s + extra;
+  };
+  const std::string fits = "workload: {requests: [{input_len: 32, output_len: 32, count: 1}]}";
+  EXPECT_TRUE(parse(spec("layer_overrides: {\"3\": 8}\n", fits)).ok());
+  expect_error(spec("layer_overrides: {\"99\": 8}\n", fits), "layer_overrides.99");
+  expect_error(spec("layer_overrides: {\"4\": 8}\n", fits), "layer_overrides.4");
+  expect_error(spec("", "workload: {requests: [{input_len: 60, output_len: 8, count: 1}]}"), "workload.requests[0]");
+  expect_error(spec("", "workload: {requests: [{input_len: 8, output_len: 8, count: 1}, "
+                        "{input_len: 1000000, output_len: 8, count: 1}]}"), "workload.requests[1]");
+  write_file(dir_.file("m/config.json"), "SECRET first line, not json");
+  soartune::Result<JobSpec> r = parse(spec("", fits));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message.rfind("model:", 0), 0u) << r.status().message;
+  EXPECT_EQ(r.status().message.find("SECRET"), std::string::npos) << r.status().message;
+}
+
 }  // namespace
 }  // namespace soartune::daemon
