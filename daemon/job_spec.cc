@@ -333,7 +333,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
       if (!sw.IsMap()) return Status::Invalid("budget.stop_when: must be a mapping {ei_below_pct, rounds}");
       if (Status s = check_keys(sw, "budget.stop_when", {"ei_below_pct", "rounds"}); !s.ok()) return s;
       if (!sw["ei_below_pct"].IsDefined()) return Status::Invalid("budget.stop_when.ei_below_pct: missing");
-      Result<double> x = read_positive_at_most(sw["ei_below_pct"], "budget.stop_when.ei_below_pct", 100, "%");
+      Result<double> x = read_positive_at_most(sw["ei_below_pct"], "budget.stop_when.ei_below_pct", 1000, "%");
       if (!x.ok()) return x.status();
       StopRule rule{x.value(), 3};
       if (sw["rounds"].IsDefined()) {

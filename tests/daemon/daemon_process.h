@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -55,6 +56,11 @@ class Daemon {
                                      "--work-dir", dir_.file("work"), "--workloads-dir",
                                      std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads", "--worker",
                                      SOARTUNE_WORKER_PATH};
+    // A free port unless the test names its own address; never the default 50051, which parallel tests share.
+    if (std::find(extra_.begin(), extra_.end(), "--listen") == extra_.end()) {
+      args.push_back("--port");
+      args.push_back("0");
+    }
     args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
