@@ -196,10 +196,14 @@ Result<YAML::Node> resolve_accuracy(const YAML::Node& n, const SpecContext& ctx)
     // A proxy: a trained model of the same family whose accuracy stands in for a model with synthetic weights.
     Result<std::string> m = read_string(n["model"], "accuracy.model");
     if (!m.ok()) return m.status();
-    std::error_code ec;
-    if (m.value().rfind("hf:", 0) != 0 || !fs::is_regular_file(fs::path(m.value().substr(3)) / "config.json", ec))
+    if (m.value().rfind("hf:", 0) != 0)
       return Status::Invalid("accuracy.model: '" + m.value() + "' is not hf:<dir> of a model with a config.json");
-    out["model"] = "hf:" + fs::weakly_canonical(fs::absolute(m.value().substr(3))).string();
+    Result<std::string> dir = confine_to_data_roots(m.value().substr(3), ctx.data_roots, "accuracy.model");
+    if (!dir.ok()) return dir.status();
+    std::error_code ec;
+    if (!fs::is_regular_file(fs::path(dir.value()) / "config.json", ec))
+      return Status::Invalid("accuracy.model: '" + m.value() + "' is not hf:<dir> of a model with a config.json");
+    out["model"] = "hf:" + dir.value();
   }
   if (n["set"].IsDefined()) {
     Result<std::string> set = read_string(n["set"], "accuracy.set");

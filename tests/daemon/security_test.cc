@@ -236,6 +236,9 @@ TEST(DataRoots, SpecsCannotMakeTheDaemonReadOutsideItsRoots) {
     EXPECT_EQ(r.err_tail.find("SECRET"), std::string::npos) << r.err_tail;
     EXPECT_EQ(r.err_tail.find("not a directory"), std::string::npos) << r.err_tail;
   }
+  // The proxy accuracy model too.
+  ProcessResult proxy = submit(synthetic_set, "accuracy: {set: synthetic, samples: 2, model: hf:" + root + "/model}");
+  EXPECT_NE(proxy.err_tail.find("PERMISSION_DENIED: accuracy.model"), std::string::npos) << proxy.err_tail;
   ProcessResult jobs = d.cli({"jobs"});
   EXPECT_EQ(jobs.exit_code, 0);
   EXPECT_EQ(jobs.out.find("sec"), std::string::npos) << "a refused job was stored:\n" << jobs.out;
