@@ -8,7 +8,8 @@
 
 namespace soartune {
 
-enum class Code { kOk, kInvalidArgument, kNotFound, kFailedPrecondition, kResourceExhausted, kInternal };
+enum class Code { kOk, kInvalidArgument, kNotFound, kFailedPrecondition, kResourceExhausted, kInternal,
+                  kPermissionDenied };
 
 struct Status {
   Code code = Code::kOk;
@@ -21,6 +22,7 @@ struct Status {
   static Status Precondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
   static Status Exhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 };
 
 template <typename T>

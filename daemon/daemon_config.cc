@@ -1,5 +1,7 @@
 #include "daemon/daemon_config.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -51,6 +53,15 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
         for (const auto& d : v) cfg.devices.push_back(d.as<std::string>());
       } else if (key == "trial_timeout_s") cfg.trial_timeout_s = v.as<double>();
       else if (key == "log_level") cfg.log_level = v.as<std::string>();
+      else if (key == "data_roots") {
+        if (!v.IsSequence()) return Status::Invalid("data_roots: must be a list of directories");
+        cfg.data_roots.clear();
+        for (const auto& d : v) cfg.data_roots.push_back(relative_to(d.as<std::string>(), base));
+      } else if (key == "tls_cert") cfg.security.tls_cert = relative_to(v.as<std::string>(), base);
+      else if (key == "tls_key") cfg.security.tls_key = relative_to(v.as<std::string>(), base);
+      else if (key == "tls_client_ca") cfg.security.tls_client_ca = relative_to(v.as<std::string>(), base);
+      else if (key == "token_file") cfg.security.token_file = relative_to(v.as<std::string>(), base);
+      else if (key == "insecure_listen_anywhere") cfg.security.insecure_listen_anywhere = v.as<bool>();
       else if (key == "submissions") {
         if (!v.IsMap()) return Status::Invalid("submissions: must be a mapping {per_day, timezone}");
         for (const auto& s : v) {
@@ -79,7 +90,8 @@ Status load_daemon_config(const std::string& path, DaemonConfig& cfg) {
       } else {
         return Status::Invalid(key + ": unknown field; allowed: listen, port_file, http_listen, http_port_file, web_dir, "
                                "database, worker, workloads_dir, work_dir, parallel_trials, devices, trial_timeout_s, "
-                               "log_level, submissions, executor, slurm");
+                               "log_level, submissions, executor, slurm, tls_cert, tls_key, tls_client_ca, token_file, "
+                               "insecure_listen_anywhere, data_roots, worker_memory_limit_mb");
       }
     }
   } catch (const YAML::Exception& e) {
@@ -101,6 +113,15 @@ Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, cons
   cfg.worker = fs::absolute(cfg.worker, ec).string();
   cfg.work_dir = fs::absolute(cfg.work_dir, ec).string();
   cfg.workloads_dir = fs::absolute(cfg.workloads_dir, ec).string();
+  if (cfg.data_roots.empty()) {
+    cfg.data_roots.push_back(fs::current_path(ec).string());
+    if (!config_path.empty()) cfg.data_roots.push_back(fs::absolute(config_path, ec).parent_path().string());
+  }
+  for (std::string& r : cfg.data_roots) {
+    r = fs::absolute(r, ec).lexically_normal().string();
+    if (!fs::is_directory(r, ec)) spdlog::warn("data_roots: {} is not a directory (yet); nothing is read there", r);
+  }
+  cfg.data_roots.push_back(cfg.workloads_dir);
   if (cfg.parallel_trials < 1) return Status::Invalid("parallel_trials: must be >= 1");
   if (cfg.executor != "local" && cfg.executor != "slurm")
     return Status::Invalid("executor: '" + cfg.executor + "' is not one of local, slurm");
@@ -122,6 +143,11 @@ Status finish_daemon_config(DaemonConfig& cfg, const std::string& exe_path, cons
       return Status::Invalid("devices[" + std::to_string(i) + "]: '" + d + "' is not cpu, cpu:<n> or cuda:<index>");
     for (size_t j = 0; j < i && cfg.executor == "local"; ++j)
       if (cfg.devices[j] == d) return Status::Invalid("devices[" + std::to_string(i) + "]: " + d + " listed twice");
+  }
+  if (cfg.worker_memory_limit_mb < 0) return Status::Invalid("worker_memory_limit_mb: must be >= 0 (0: 80% of memory)");
+  if (cfg.worker_memory_limit_mb == 0) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) cfg.worker_memory_limit_mb = static_cast<int64_t>(pages) * page / (1 << 20) * 4 / 5;
   }
   if (cfg.trial_timeout_s <= 0) return Status::Invalid("trial_timeout_s: must be > 0");
   if (spdlog::level::from_str(cfg.log_level) == spdlog::level::off && cfg.log_level != "off")

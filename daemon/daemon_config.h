@@ -1,10 +1,12 @@
 // The daemon's settings: configs/daemon.yaml, then command-line flags on top (see soartuned_main.cc).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "daemon/listen_security.h"
 #include "search/budget_day.h"
 #include "core/status.h"
 
@@ -41,6 +43,14 @@ struct DaemonConfig {
   std::string submissions_timezone = search::kDefaultBudgetTimeZone;
   std::string executor = "local";           // local: worker processes on this host; slurm: one Slurm job per trial
   SlurmConfig slurm;
+  // Job specs may name models, accuracy sets and workloads only under these (symlinks resolved). Default:
+  // the working directory and the config file's directory; the workloads directory is always one.
+  std::vector<std::string> data_roots;
+  // Address-space cap of each CPU worker, MiB, so a runaway trial fails alone instead of the machine swapping
+  // or the OOM killer picking the daemon. 0: 80% of the machine's memory. CUDA workers are not capped: the
+  // driver maps device memory into their address space.
+  int64_t worker_memory_limit_mb = 0;
+  ListenSecurity security;                  // TLS, token; off-loopback rule (daemon/listen_security.h)
 };
 
 // Reads `path` (YAML) into `cfg`; unknown keys and bad values are errors naming the key. Relative paths in

@@ -12,6 +12,7 @@ ExecutorOutcome LocalExecutor::run(const TrialLaunch& t, TrialControl& control,
   ps.timeout_s = t.timeout_s;
   ps.env.emplace_back("SOARTUNE_DEVICE", t.device);
   if (t.device.rfind("cuda:", 0) == 0) ps.env.emplace_back("CUDA_VISIBLE_DEVICES", t.device.substr(5));
+  else ps.address_space_limit_bytes = memory_limit_bytes_;
   ExecutorOutcome o;
   o.process = run_process(ps, &control.cancel);
   return o;
@@ -25,7 +26,7 @@ ExecutorOutcome LocalExecutor::attach(const TrialLaunch& /*t*/, int64_t schedule
 
 std::unique_ptr<Executor> make_executor(const DaemonConfig& cfg) {
   if (cfg.executor == "slurm") return std::make_unique<SlurmExecutor>(cfg.worker, cfg.slurm);
-  return std::make_unique<LocalExecutor>(cfg.worker);
+  return std::make_unique<LocalExecutor>(cfg.worker, static_cast<uint64_t>(cfg.worker_memory_limit_mb) << 20);
 }
 
 }  // namespace soartune::daemon

@@ -8,7 +8,10 @@ namespace soartune::daemon {
 
 class LocalExecutor : public Executor {
  public:
-  explicit LocalExecutor(std::string worker) : worker_(std::move(worker)) {}
+  // `memory_limit_bytes`: the address-space cap of each CPU worker (0: none); CUDA workers are never capped,
+  // since the driver maps device memory into their address space.
+  explicit LocalExecutor(std::string worker, uint64_t memory_limit_bytes = 0)
+      : worker_(std::move(worker)), memory_limit_bytes_(memory_limit_bytes) {}
   ExecutorOutcome run(const TrialLaunch& t, TrialControl& control,
                       const std::function<void(int64_t)>& submitted) override;
   // A local worker dies with the daemon's process group or is killed at shutdown: nothing to attach to.
@@ -17,6 +20,7 @@ class LocalExecutor : public Executor {
 
  private:
   std::string worker_;
+  uint64_t memory_limit_bytes_ = 0;
 };
 
 }  // namespace soartune::daemon

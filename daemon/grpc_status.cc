@@ -11,6 +11,7 @@ grpc::Status to_grpc(const soartune::Status& s) {
     case Code::kFailedPrecondition: return {grpc::StatusCode::FAILED_PRECONDITION, s.message};
     case Code::kResourceExhausted: return {grpc::StatusCode::RESOURCE_EXHAUSTED, s.message};
     case Code::kInternal: return {grpc::StatusCode::INTERNAL, s.message};
+    case Code::kPermissionDenied: return {grpc::StatusCode::PERMISSION_DENIED, s.message};
   }
   return {grpc::StatusCode::UNKNOWN, s.message};
 }

@@ -164,7 +164,7 @@ Status JobManager::start() {
     return v;
   });
   for (JobRecord& job : resume) {
-    Result<JobSpec> spec = parse_job_spec(job.spec_yaml, SpecContext{cfg_.workloads_dir});
+    Result<JobSpec> spec = parse_job_spec(job.spec_yaml, SpecContext{cfg_.workloads_dir, cfg_.data_roots});
     if (!spec.ok()) {
       job.state = JobState::kFailed;
       job.error = "cannot resume: " + spec.status().message;
@@ -246,7 +246,7 @@ int JobManager::free_devices() {
 
 Result<JobView> JobManager::submit(const std::string& spec_yaml) {
   if (shutting_down_) return Status::Precondition("the daemon is shutting down");
-  Result<JobSpec> parsed = parse_job_spec(spec_yaml, SpecContext{cfg_.workloads_dir});
+  Result<JobSpec> parsed = parse_job_spec(spec_yaml, SpecContext{cfg_.workloads_dir, cfg_.data_roots});
   if (!parsed.ok()) return parsed.status();
   auto spec = std::make_shared<const JobSpec>(std::move(parsed).value());
   JobRecord job;
@@ -419,7 +419,7 @@ Result<std::shared_ptr<const JobSpec>> JobManager::spec_of(const std::string& jo
   }
   Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
   if (!job.ok()) return job.status();
-  Result<JobSpec> spec = parse_job_spec(job.value().spec_yaml, SpecContext{cfg_.workloads_dir});
+  Result<JobSpec> spec = parse_job_spec(job.value().spec_yaml, SpecContext{cfg_.workloads_dir, cfg_.data_roots});
   if (!spec.ok()) return Status::Precondition("job " + job_id + ": its spec no longer parses: " + spec.status().message);
   auto shared = std::make_shared<const JobSpec>(std::move(spec).value());
   std::lock_guard<std::mutex> l(mu_);

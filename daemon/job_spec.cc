@@ -10,6 +10,9 @@
 
 #include "core/knob_catalogue.h"
 #include "core/launch_config.h"
+#include "daemon/data_roots.h"
+#include "daemon/model_facts.h"
+#include "daemon/request_limits.h"
 #include "search/strategy.h"
 
 namespace soartune::daemon {
@@ -63,6 +66,16 @@ Result<double> read_positive(const YAML::Node& n, const std::string& field) {
   }
 }
 
+// A positive number no larger than `hi` (its unit in `unit`), so that no timeout or budget overflows a clock.
+Result<double> read_positive_at_most(const YAML::Node& n, const std::string& field, double hi, const std::string& unit) {
+  Result<double> d = read_positive(n, field);
+  if (!d.ok()) return d;
+  if (d.value() > hi)
+    return Status::Invalid(field + ": " + n.Scalar() + " is out of range; allowed: > 0 and at most " +
+                           std::to_string(static_cast<int64_t>(hi)) + " " + unit);
+  return d;
+}
+
 Result<bool> read_bool(const YAML::Node& n, const std::string& field) {
   if (n.IsScalar() && (n.Scalar() == "true" || n.Scalar() == "false")) return n.Scalar() == "true";
   return Status::Invalid(field + ": must be true or false");
@@ -81,7 +94,7 @@ Result<std::string> read_choice(const YAML::Node& n, const std::string& field,
   return Status::Invalid(field + ": '" + n.Scalar() + "' is not one of " + join(allowed));
 }
 
-Result<std::string> resolve_model(const YAML::Node& n) {
+Result<std::string> resolve_model(const YAML::Node& n, const SpecContext& ctx) {
   const std::string field = "model";
   if (!n.IsDefined() || n.IsNull()) return Status::Invalid("model: missing; give hf:<dir> or synthetic:<preset>");
   if (!n.IsScalar()) return Status::Invalid("model: must be a string: hf:<dir> or synthetic:<preset>");
@@ -96,9 +109,11 @@ Result<std::string> resolve_model(const YAML::Node& n) {
   if (m.rfind("hf:", 0) == 0) {
     std::string dir = m.substr(3);
     if (dir.empty()) return Status::Invalid("model: hf: needs a directory (hf:<dir>)");
+    Result<std::string> confined = confine_to_data_roots(dir, ctx.data_roots, "model");
+    if (!confined.ok()) return confined.status();
     std::error_code ec;
-    fs::path p = fs::absolute(dir, ec);
-    if (ec || !fs::is_directory(p)) return Status::Invalid("model: " + dir + " is not a directory");
+    fs::path p = confined.value();
+    if (!fs::is_directory(p, ec)) return Status::Invalid("model: " + dir + " is not a directory");
     if (!fs::exists(p / "config.json")) return Status::Invalid("model: " + dir + " has no config.json");
     return "hf:" + fs::weakly_canonical(p).string();
   }
@@ -135,6 +150,8 @@ Result<YAML::Node> resolve_workload(const YAML::Node& n, const SpecContext& ctx,
     static const std::regex kName("[A-Za-z0-9][A-Za-z0-9._-]*");
     if (!std::regex_match(wname, kName)) return Status::Invalid("workload: '" + wname + "' is not a valid workload name");
     fs::path file = fs::path(ctx.workloads_dir) / (wname + ".yaml");
+    if (Result<std::string> c = confine_to_data_roots(file.string(), ctx.data_roots, "workload"); !c.ok())
+      return c.status();
     if (!fs::exists(file)) {
       std::vector<std::string> known;
       std::error_code ec;
@@ -167,7 +184,7 @@ Result<YAML::Node> resolve_workload(const YAML::Node& n, const SpecContext& ctx,
   return out;
 }
 
-Result<YAML::Node> resolve_accuracy(const YAML::Node& n) {
+Result<YAML::Node> resolve_accuracy(const YAML::Node& n, const SpecContext& ctx) {
   YAML::Node out(YAML::NodeType::Map);
   out["set"] = "synthetic";
   out["samples"] = 16;
@@ -179,10 +196,14 @@ Result<YAML::Node> resolve_accuracy(const YAML::Node& n) {
     // A proxy: a trained model of the same family whose accuracy stands in for a model with synthetic weights.
     Result<std::string> m = read_string(n["model"], "accuracy.model");
     if (!m.ok()) return m.status();
-    std::error_code ec;
-    if (m.value().rfind("hf:", 0) != 0 || !fs::is_regular_file(fs::path(m.value().substr(3)) / "config.json", ec))
+    if (m.value().rfind("hf:", 0) != 0)
       return Status::Invalid("accuracy.model: '" + m.value() + "' is not hf:<dir> of a model with a config.json");
-    out["model"] = "hf:" + fs::weakly_canonical(fs::absolute(m.value().substr(3))).string();
+    Result<std::string> dir = confine_to_data_roots(m.value().substr(3), ctx.data_roots, "accuracy.model");
+    if (!dir.ok()) return dir.status();
+    std::error_code ec;
+    if (!fs::is_regular_file(fs::path(dir.value()) / "config.json", ec))
+      return Status::Invalid("accuracy.model: '" + m.value() + "' is not hf:<dir> of a model with a config.json");
+    out["model"] = "hf:" + dir.value();
   }
   if (n["set"].IsDefined()) {
     Result<std::string> set = read_string(n["set"], "accuracy.set");
@@ -193,9 +214,12 @@ Result<YAML::Node> resolve_accuracy(const YAML::Node& n) {
       fs::path p = set.value();
       if (p.extension() != ".jsonl")
         return Status::Invalid("accuracy.set: '" + set.value() + "' is not synthetic or a path to a .jsonl file");
+      Result<std::string> confined = confine_to_data_roots(set.value(), ctx.data_roots, "accuracy.set");
+      if (!confined.ok()) return confined.status();
       std::error_code ec;
-      if (!fs::is_regular_file(p, ec)) return Status::Invalid("accuracy.set: file " + set.value() + " not found");
-      out["set"] = fs::weakly_canonical(fs::absolute(p)).string();
+      if (!fs::is_regular_file(confined.value(), ec))
+        return Status::Invalid("accuracy.set: file " + set.value() + " not found");
+      out["set"] = confined.value();
     }
   }
   for (const char* k : {"samples", "prompt_len", "continuation_len"}) {
@@ -274,8 +298,9 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (root["name"].IsDefined() && !root["name"].IsNull()) {
     if (!root["name"].IsScalar()) return Status::Invalid("name: must be a string");
     spec.name = root["name"].Scalar();
+    if (Status s = check_text(spec.name, "name", kMaxNameBytes); !s.ok()) return s;
   }
-  Result<std::string> model = resolve_model(root["model"]);
+  Result<std::string> model = resolve_model(root["model"], ctx);
   if (!model.ok()) return model.status();
   spec.model = model.value();
 
@@ -304,7 +329,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
       spec.trial_budget = static_cast<int>(t.value());
     }
     if (b["time_s"].IsDefined()) {
-      Result<double> t = read_positive(b["time_s"], "budget.time_s");
+      Result<double> t = read_positive_at_most(b["time_s"], "budget.time_s", kMaxTimeBudgetS, "s (30 days)");
       if (!t.ok()) return t.status();
       spec.time_budget_s = t.value();
     }
@@ -312,7 +337,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
       if (!sw.IsMap()) return Status::Invalid("budget.stop_when: must be a mapping {ei_below_pct, rounds}");
       if (Status s = check_keys(sw, "budget.stop_when", {"ei_below_pct", "rounds"}); !s.ok()) return s;
       if (!sw["ei_below_pct"].IsDefined()) return Status::Invalid("budget.stop_when.ei_below_pct: missing");
-      Result<double> x = read_positive(sw["ei_below_pct"], "budget.stop_when.ei_below_pct");
+      Result<double> x = read_positive_at_most(sw["ei_below_pct"], "budget.stop_when.ei_below_pct", 1000, "%");
       if (!x.ok()) return x.status();
       StopRule rule{x.value(), 3};
       if (sw["rounds"].IsDefined()) {
@@ -329,7 +354,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
     spec.parallel_trials = static_cast<int>(p.value());
   }
   if (root["trial_timeout_s"].IsDefined()) {
-    Result<double> t = read_positive(root["trial_timeout_s"], "trial_timeout_s");
+    Result<double> t = read_positive_at_most(root["trial_timeout_s"], "trial_timeout_s", kMaxTrialTimeoutS, "s (7 days)");
     if (!t.ok()) return t.status();
     spec.trial_timeout_s = t.value();
   }
@@ -337,7 +362,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   Result<YAML::Node> workload = resolve_workload(root["workload"], ctx, &spec.workload_name);
   if (!workload.ok()) return workload.status();
   spec.workload = workload.value();
-  Result<YAML::Node> accuracy = resolve_accuracy(root["accuracy"]);
+  Result<YAML::Node> accuracy = resolve_accuracy(root["accuracy"], ctx);
   if (!accuracy.ok()) return accuracy.status();
   spec.accuracy = accuracy.value();
   spec.accuracy_proxy = spec.accuracy["model"].IsDefined();
@@ -383,6 +408,29 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (const YAML::Node lo = root["layer_overrides"]; lo.IsDefined() && !lo.IsNull()) {
     if (Status s = check_layer_overrides(lo); !s.ok()) return s;
     spec.layer_overrides = YAML::Clone(lo);
+  }
+  if (spec.model.rfind("hf:", 0) == 0) {
+    // What can be known before any trial runs: the layers the overrides name exist, the workload fits.
+    const std::string dir = spec.model.substr(3);
+    if (Result<std::string> c = confine_to_data_roots(dir + "/config.json", ctx.data_roots, "model"); !c.ok())
+      return c.status();
+    Result<ModelFacts> facts = read_model_facts(dir);
+    if (!facts.ok()) return facts.status();
+    if (spec.layer_overrides.IsDefined() && spec.layer_overrides.IsMap()) {
+      Result<LaunchConfig> lc = LaunchConfig::parse(YAML::Node(), spec.layer_overrides);
+      if (!lc.ok()) return lc.status();
+      if (Status s = lc.value().check_layers(facts.value().layers); !s.ok()) return s;
+    }
+    if (const int64_t ctx_len = facts.value().max_position; ctx_len > 0) {
+      const YAML::Node reqs = spec.workload["requests"];
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        const int64_t len = reqs[i]["input_len"].as<int64_t>() + reqs[i]["output_len"].as<int64_t>();
+        if (len > ctx_len)
+          return Status::Invalid("workload.requests[" + std::to_string(i) + "]: input_len + output_len = " +
+                                 std::to_string(len) + " exceeds the model's context of " + std::to_string(ctx_len) +
+                                 " tokens (max_position_embeddings)");
+      }
+    }
   }
   if (const YAML::Node sub = root["submissions"]; sub.IsDefined() && !sub.IsNull()) {
     if (!sub.IsMap()) return Status::Invalid("submissions: must be a mapping {per_day, timezone}");

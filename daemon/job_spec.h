@@ -50,8 +50,13 @@ struct JobSpec {
   std::vector<std::string> warnings;   // told at submission and with the job (e.g. a gate on random weights)
 };
 
+// Documented ranges of the spec's durations (docs/FORMATS.md): beyond them a clock would overflow, not wait.
+inline constexpr double kMaxTrialTimeoutS = 7 * 86400.0;
+inline constexpr double kMaxTimeBudgetS = 30 * 86400.0;
+
 struct SpecContext {
   std::string workloads_dir;   // where named workloads live (<name>.yaml)
+  std::vector<std::string> data_roots;   // models, accuracy sets, workloads only under these (empty: anywhere)
 };
 
 // Parses and validates a job spec. kInvalidArgument naming the field on any problem.

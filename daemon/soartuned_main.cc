@@ -19,6 +19,7 @@
 #include "daemon/daemon_config.h"
 #include "daemon/http_server.h"
 #include "daemon/job_manager.h"
+#include "daemon/request_limits.h"
 #include "daemon/store.h"
 #include "daemon/tuner_service.h"
 
@@ -38,8 +39,11 @@ int main(int argc, char** argv) {
   std::string http_listen, http_port_file, web_dir;
   std::string config_path, listen, database, worker, workloads_dir, work_dir, log_level, port_file;
   int port = -1, parallel = 0;
+  int64_t worker_memory_limit_mb = -1;
   double timeout = 0;
-  std::vector<std::string> devices;
+  std::vector<std::string> devices, data_roots;
+  std::string tls_cert, tls_key, tls_client_ca, token_file;
+  bool insecure_listen_anywhere = false;
   app.add_option("--config", config_path, "daemon config YAML (configs/daemon.yaml)");
   app.add_option("--listen", listen, "listen address host:port (default 127.0.0.1:50051; port 0 picks a free port)");
   app.add_option("--port", port, "listen port on the configured host (0: pick a free port)");
@@ -56,6 +60,17 @@ int main(int argc, char** argv) {
   app.add_option("--devices", devices, "devices, one trial each at a time: cpu, cuda:0, ...");
   app.add_option("--trial-timeout-s", timeout, "default per-trial timeout, seconds");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off");
+  app.add_option("--data-root", data_roots,
+                 "read models, accuracy sets and workloads only under DIR (repeatable; default: the working "
+                 "directory and the config's directory)");
+  app.add_option("--worker-memory-limit-mb", worker_memory_limit_mb,
+                 "address-space cap of each CPU worker, MiB (0: 80% of the machine's memory)");
+  app.add_option("--tls-cert", tls_cert, "PEM server certificate chain (TLS)");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", tls_client_ca, "PEM CA bundle: clients must present a certificate it signed");
+  app.add_option("--token-file", token_file, "file holding the bearer token clients must send (else $SOARTUNE_TOKEN)");
+  app.add_flag("--insecure-listen-anywhere", insecure_listen_anywhere,
+               "serve a non-loopback address without TLS and token (warned in the log and in job status)");
   CLI11_PARSE(app, argc, argv);
 
   auto logger = spdlog::stderr_color_mt("soartuned");
@@ -86,11 +101,24 @@ int main(int argc, char** argv) {
   if (!devices.empty()) cfg.devices = devices;
   if (timeout > 0) cfg.trial_timeout_s = timeout;
   if (!log_level.empty()) cfg.log_level = log_level;
+  if (!data_roots.empty()) cfg.data_roots = data_roots;
+  if (worker_memory_limit_mb >= 0) cfg.worker_memory_limit_mb = worker_memory_limit_mb;
+  if (!tls_cert.empty()) cfg.security.tls_cert = tls_cert;
+  if (!tls_key.empty()) cfg.security.tls_key = tls_key;
+  if (!tls_client_ca.empty()) cfg.security.tls_client_ca = tls_client_ca;
+  if (!token_file.empty()) cfg.security.token_file = token_file;
+  if (insecure_listen_anywhere) cfg.security.insecure_listen_anywhere = true;
   if (auto s = finish_daemon_config(cfg, self_exe(argv[0]), config_path); !s.ok()) {
     spdlog::error("{}", s.message);
     return 2;
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  Result<ServerSecurity> security = make_server_security(cfg.listen, cfg.security);
+  if (!security.ok()) {
+    spdlog::error("{}", security.status().message);
+    return 2;
+  }
+  for (const std::string& w : security.value().warnings) spdlog::warn("{}", w);
 
   // SIGTERM / SIGINT are taken by one thread with sigwait; every other thread (gRPC's included) blocks them.
   sigset_t sigs;
@@ -106,7 +134,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   JobManager jobs(cfg, std::move(store).value());
-  TunerService service(jobs);
+  TunerService service(jobs, security.value().warnings);
 
   grpc::EnableDefaultHealthCheckService(true);
 #ifdef SOARTUNE_HAVE_GRPC_REFLECTION
@@ -114,7 +142,12 @@ int main(int argc, char** argv) {
 #endif
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(cfg.listen, grpc::InsecureServerCredentials(), &bound_port);
+  // Without this gRPC clones the listening socket per poller with SO_REUSEPORT, and for port 0 each clone
+  // binds a port of its own: a second, unreported port would serve the API. It also keeps another process
+  // from binding our port beside us.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxRequestBytes));
+  builder.AddListeningPort(cfg.listen, security.value().credentials, &bound_port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
@@ -122,9 +155,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string host = cfg.listen.substr(0, cfg.listen.rfind(':'));
-  spdlog::info("soartuned {} ({}) listening on {}:{}; database {}, worker {}, devices {}, parallel trials {}",
-               SOARTUNE_VERSION, SOARTUNE_GIT_COMMIT, host, bound_port, cfg.database, cfg.worker,
-               fmt::join(cfg.devices, ","), cfg.parallel_trials);
+  spdlog::info("soartuned {} ({}) listening on {}:{} ({}{}); database {}, worker {}, devices {}, parallel trials {}; data roots {}",
+               SOARTUNE_VERSION, SOARTUNE_GIT_COMMIT, host, bound_port,
+               security.value().tls ? (cfg.security.tls_client_ca.empty() ? "TLS" : "mutual TLS") : "no TLS",
+               security.value().token ? ", bearer token" : "", cfg.database, cfg.worker,
+               fmt::join(cfg.devices, ","), cfg.parallel_trials, fmt::join(cfg.data_roots, ", "));
   if (!cfg.port_file.empty()) {
     std::string tmp = cfg.port_file + ".tmp";
     std::ofstream(tmp) << bound_port << "\n";

@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -11,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/grpc_status.h"
+#include "daemon/request_limits.h"
 #include "daemon/submission_planning.h"
 #include "daemon/trial_result.h"
 #include "search/budget_day.h"
@@ -196,6 +198,7 @@ void to_proto(const TrialRecord& t, pb::Trial* out) {
 
 grpc::Status TunerService::SubmitJob(grpc::ServerContext*, const pb::SubmitJobRequest* req, pb::Job* out) {
   if (req->spec_yaml().empty()) return to_grpc(Status::Invalid("spec_yaml: required (the job spec as YAML text)"));
+  if (Status s = check_text(req->spec_yaml(), "spec_yaml", kMaxSpecBytes); !s.ok()) return to_grpc(s);
   Result<JobView> v = jobs_.submit(req->spec_yaml());
   if (!v.ok()) return to_grpc(v.status());
   to_proto(v.value(), out);
@@ -207,6 +210,7 @@ grpc::Status TunerService::GetJob(grpc::ServerContext*, const pb::GetJobRequest*
   Result<JobView> v = jobs_.get_job(req->job_id());
   if (!v.ok()) return to_grpc(v.status());
   to_proto(v.value(), out);
+  for (const std::string& w : daemon_warnings_) out->add_daemon_warnings(w);
   return grpc::Status::OK;
 }
 
@@ -216,8 +220,19 @@ grpc::Status TunerService::ListJobs(grpc::ServerContext*, const pb::ListJobsRequ
   Result<int> offset = page_offset(req->page_token());
   if (!offset.ok()) return to_grpc(offset.status());
   std::vector<JobView> jobs = jobs_.list_jobs(size.value() + 1, offset.value());
-  for (int i = 0; i < static_cast<int>(jobs.size()) && i < size.value(); ++i) to_proto(jobs[i], out->add_jobs());
-  if (static_cast<int>(jobs.size()) > size.value()) out->set_next_page_token(std::to_string(offset.value() + size.value()));
+  // A page ends at page_size rows or at kMaxResponseBytes, whichever comes first (always at least one row).
+  size_t bytes = 0;
+  int n = 0;
+  for (; n < static_cast<int>(jobs.size()) && n < size.value(); ++n) {
+    pb::Job* j = out->add_jobs();
+    to_proto(jobs[n], j);
+    bytes += j->ByteSizeLong();
+    if (bytes > kMaxResponseBytes && n > 0) {
+      out->mutable_jobs()->RemoveLast();
+      break;
+    }
+  }
+  if (n < static_cast<int>(jobs.size())) out->set_next_page_token(std::to_string(offset.value() + n));
   return grpc::Status::OK;
 }
 
@@ -317,10 +332,19 @@ grpc::Status TunerService::ListTrials(grpc::ServerContext*, const pb::ListTrials
     return a.number < b.number;
   });
   out->set_total(static_cast<int>(ts.size()));
-  for (int i = offset.value(); i < static_cast<int>(ts.size()) && i < offset.value() + size.value(); ++i)
-    to_proto(ts[i], out->add_trials());
-  if (offset.value() + size.value() < static_cast<int>(ts.size()))
-    out->set_next_page_token(std::to_string(offset.value() + size.value()));
+  // A page ends at page_size rows or at kMaxResponseBytes, whichever comes first (always at least one row).
+  size_t bytes = 0;
+  int end = offset.value();
+  for (; end < static_cast<int>(ts.size()) && end < offset.value() + size.value(); ++end) {
+    pb::Trial* t = out->add_trials();
+    to_proto(ts[end], t);
+    bytes += t->ByteSizeLong();
+    if (bytes > kMaxResponseBytes && end > offset.value()) {
+      out->mutable_trials()->RemoveLast();
+      break;
+    }
+  }
+  if (end < static_cast<int>(ts.size())) out->set_next_page_token(std::to_string(end));
   return grpc::Status::OK;
 }
 
@@ -473,7 +497,12 @@ grpc::Status TunerService::RecordSubmission(grpc::ServerContext*, const pb::Reco
       return to_grpc(Status::Invalid(std::string(f.name) + ": " + std::to_string(f.v) + " is out of range; allowed: 0.." +
                                      std::to_string(static_cast<int>(f.hi))));
   }
-  if (req->submitted_unix_ms() < 0) return to_grpc(Status::Invalid("submitted_unix_ms: must be >= 0 (0: now)"));
+  if (req->submitted_unix_ms() != 0) {
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    if (Status s = check_timestamp(req->submitted_unix_ms(), now, "submitted_unix_ms"); !s.ok()) return to_grpc(s);
+  }
+  if (Status s = check_text(req->note(), "note", kMaxNoteBytes); !s.ok()) return to_grpc(s);
   // The job first, so that a NOT_FOUND below is the trial's.
   if (Result<JobView> j = jobs_.get_job(req->job_id()); !j.ok()) return to_grpc(j.status());
   Result<TrialRecord> t = jobs_.trial(req->job_id(), req->trial());

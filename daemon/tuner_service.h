@@ -5,6 +5,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "daemon/job_manager.h"
 #include "soartune/v1/tuner.grpc.pb.h"
@@ -15,7 +16,10 @@ namespace pb = ::soartune::v1;
 
 class TunerService final : public pb::Tuner::Service {
  public:
-  explicit TunerService(JobManager& jobs) : jobs_(jobs) {}
+  // `daemon_warnings`: what the daemon warns about itself (e.g. serving off loopback unprotected), sent with
+  // every job so that `soartune status` shows it.
+  explicit TunerService(JobManager& jobs, std::vector<std::string> daemon_warnings = {})
+      : jobs_(jobs), daemon_warnings_(std::move(daemon_warnings)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext*, const pb::SubmitJobRequest*, pb::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const pb::GetJobRequest*, pb::Job*) override;
@@ -39,6 +43,7 @@ class TunerService final : public pb::Tuner::Service {
 
  private:
   JobManager& jobs_;
+  std::vector<std::string> daemon_warnings_;
   std::mutex submissions_mu_;   // count-then-insert of a submission is atomic
 };
 

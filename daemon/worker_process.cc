@@ -7,7 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,25 +131,6 @@ ProcessResult run_process(const ProcessSpec& spec, const CancelFlag* cancel) {
     return r;
   }
 
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
-  if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
-
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigfillset(&defaults);
-  sigdelset(&defaults, SIGKILL);
-  sigdelset(&defaults, SIGSTOP);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);   // its own process group, so a timeout kills its children too
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-
   std::vector<std::string> env_strings = child_environment(spec.env);
   std::vector<char*> argv, envp;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -157,15 +138,58 @@ ProcessResult run_process(const ProcessSpec& spec, const CancelFlag* cancel) {
   for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
+  // fork + exec rather than posix_spawn: resource limits can only be set between the two, and a limit set on
+  // the running child afterwards would leave a window in which it runs unlimited. Between fork and exec the
+  // child makes async-signal-safe calls only (the daemon has threads). Its errno comes back through a
+  // close-on-exec pipe: nothing read means exec succeeded.
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    r.spawn_error = std::string("pipe: ") + std::strerror(errno);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    return r;
+  }
+  const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  const rlim_t as_limit = spec.address_space_limit_bytes > 0 ? static_cast<rlim_t>(spec.address_space_limit_bytes)
+                                                             : RLIM_INFINITY;
   auto t0 = Clock::now();
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    auto die = [&](int err) {
+      ssize_t ignored = ::write(report[1], &err, sizeof err);
+      (void)ignored;
+      ::_exit(127);
+    };
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(out_pipe[1], 1) < 0 || ::dup2(err_pipe[1], 2) < 0) die(errno);
+    if (cwd && ::chdir(cwd) != 0) die(errno);
+    ::setpgid(0, 0);   // its own process group, so a timeout kills its children too
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig)
+      if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const struct rlimit no_core {0, 0};
+    if (::setrlimit(RLIMIT_CORE, &no_core) != 0) die(errno);   // a crashing worker leaves no core file
+    if (as_limit != RLIM_INFINITY) {
+      const struct rlimit as {as_limit, as_limit};
+      if (::setrlimit(RLIMIT_AS, &as) != 0) die(errno);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    die(errno);
+  }
+  const int fork_errno = errno;
+  ::close(report[1]);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
-  if (rc != 0) {
-    r.spawn_error = "cannot start " + spec.argv[0] + ": " + std::strerror(rc);
+  int child_errno = 0;
+  ssize_t got = pid > 0 ? ::read(report[0], &child_errno, sizeof child_errno) : 0;
+  while (got < 0 && errno == EINTR) got = ::read(report[0], &child_errno, sizeof child_errno);
+  ::close(report[0]);
+  if (pid < 0 || got > 0) {
+    if (pid > 0) ::waitpid(pid, nullptr, 0);
+    r.spawn_error = "cannot start " + spec.argv[0] + ": " + std::strerror(pid < 0 ? fork_errno : child_errno);
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
     return r;

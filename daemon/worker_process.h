@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@ struct ProcessSpec {
   double kill_grace_s = 3;                                    // between SIGTERM and SIGKILL
   size_t max_stdout_bytes = 16u << 20;                        // beyond this stdout is truncated
   size_t stderr_tail_bytes = 64u << 10;
+  uint64_t address_space_limit_bytes = 0;                      // RLIMIT_AS of the child; 0: none. Core dumps: off
 };
 
 struct ProcessResult {

@@ -77,6 +77,9 @@ Result<ScoringSpec> ScoringSpec::parse(const YAML::Node& node, const std::string
       const double v = tiers.value()[t].value_or(0.0);   // a tier left out of `weights` does not count
       if (v < 0)
         return Status::Invalid(field + ".weights." + kTierNames[t] + ": " + num(v) + " is negative");
+      // Weights are relative; a cap keeps their sum, and every score built on them, finite.
+      if (v > 1000)
+        return Status::Invalid(field + ".weights." + kTierNames[t] + ": " + num(v) + " is out of range; allowed: 0..1000");
       spec.weights[t] = v;
       sum += v;
     }

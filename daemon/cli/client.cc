@@ -1,12 +1,79 @@
 #include "daemon/cli/client.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace soartune::cli {
 
-Client::Client(const GlobalOptions& options)
+namespace {
+
+bool read_file(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  return s.substr(i);
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const GlobalOptions& o, std::string* error) {
+  std::string token;
+  if (!o.token_file.empty()) {
+    if (!read_file(o.token_file, &token)) {
+      *error = "--token-file: cannot read " + o.token_file;
+      return nullptr;
+    }
+    token = trim(token);
+    if (token.empty()) {
+      *error = "--token-file: " + o.token_file + " is empty";
+      return nullptr;
+    }
+  } else if (const char* env = std::getenv("SOARTUNE_TOKEN"); env != nullptr && *env != '\0') {
+    token = trim(env);
+  }
+  if (o.tls_ca.empty()) {
+    if (!o.tls_cert.empty() || !o.tls_key.empty()) {
+      *error = "--tls-cert/--tls-key: need --tls-ca (the CA that signed the daemon's certificate)";
+      return nullptr;
+    }
+    if (!o.token_file.empty()) {
+      *error = "--token-file: a bearer token needs TLS (--tls-ca), else it would travel in clear";
+      return nullptr;
+    }
+    return grpc::InsecureChannelCredentials();   // a $SOARTUNE_TOKEN is never sent in clear
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!read_file(o.tls_ca, &ssl.pem_root_certs)) {
+    *error = "--tls-ca: cannot read " + o.tls_ca;
+    return nullptr;
+  }
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    *error = o.tls_cert.empty() ? "--tls-key: needs --tls-cert" : "--tls-cert: needs --tls-key";
+    return nullptr;
+  }
+  if (!o.tls_cert.empty() && (!read_file(o.tls_cert, &ssl.pem_cert_chain) || !read_file(o.tls_key, &ssl.pem_private_key))) {
+    *error = "--tls-cert/--tls-key: cannot read " + o.tls_cert + " or " + o.tls_key;
+    return nullptr;
+  }
+  auto creds = grpc::SslCredentials(ssl);
+  if (token.empty()) return creds;
+  return grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(token));
+}
+
+Client::Client(const GlobalOptions& options, std::shared_ptr<grpc::ChannelCredentials> credentials)
     : options_(options),
-      channel_(grpc::CreateChannel(options.addr, grpc::InsecureChannelCredentials())),
+      channel_(grpc::CreateChannel(options.addr, std::move(credentials))),
       stub_(v1::Tuner::NewStub(channel_)) {}
 
 std::unique_ptr<grpc::ClientContext> Client::context() const {

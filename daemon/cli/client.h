@@ -28,11 +28,19 @@ enum ExitCode : int {
 struct GlobalOptions {
   std::string addr = "127.0.0.1:50051";
   double timeout_s = 30;   // deadline of each call; for watch, how long to wait for a lost daemon to return
+  std::string tls_ca;      // set: talk TLS, trusting this PEM CA bundle
+  std::string tls_cert;    // client certificate and key, for a daemon that requires mutual TLS
+  std::string tls_key;
+  std::string token_file;  // bearer token to send (else $SOARTUNE_TOKEN); needs TLS
 };
+
+// The channel credentials for `options`: TLS (and a client certificate, and the bearer token) when asked for,
+// else plaintext. Fails with a message naming the option when a file cannot be read or a token lacks TLS.
+std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const GlobalOptions& options, std::string* error);
 
 class Client {
  public:
-  explicit Client(const GlobalOptions& options);
+  Client(const GlobalOptions& options, std::shared_ptr<grpc::ChannelCredentials> credentials);
 
   v1::Tuner::Stub& stub() { return *stub_; }
   const std::string& addr() const { return options_.addr; }

@@ -164,6 +164,7 @@ void print_job(const v1::Job& j) {
     if (eta >= 0) row("eta", fmt_elapsed(eta));
   }
   row("error", j.error());
+  for (const std::string& w : j.daemon_warnings()) row("warning", "soartuned: " + w);
 }
 
 int run_status(Client& client, const StatusOptions& o) {

@@ -38,6 +38,11 @@ Json to_json(const v1::Job& j, bool with_spec) {
   out["best_trial"] = j.best_trial();
   out["error"] = j.error();
   out["stop_reason"] = j.stop_reason();
+  if (j.daemon_warnings_size() > 0) {
+    Json warnings = Json::array();
+    for (const std::string& w : j.daemon_warnings()) warnings.push_back(w);
+    out["daemon_warnings"] = warnings;
+  }
   out["created_unix_ms"] = j.created_unix_ms();
   out["started_unix_ms"] = j.started_unix_ms();
   out["finished_unix_ms"] = j.finished_unix_ms();

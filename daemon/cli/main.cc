@@ -51,6 +51,14 @@ int main(int argc, char** argv) {
                  "seconds per call; watch: how long to wait for a lost daemon to return")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--tls-ca", ctx.global.tls_ca, "talk TLS to soartuned, trusting this PEM CA bundle")
+      ->envname("SOARTUNE_TLS_CA");
+  app.add_option("--tls-cert", ctx.global.tls_cert, "client certificate (PEM), for a daemon requiring mutual TLS")
+      ->envname("SOARTUNE_TLS_CERT");
+  app.add_option("--tls-key", ctx.global.tls_key, "private key (PEM) of --tls-cert")->envname("SOARTUNE_TLS_KEY");
+  app.add_option("--token-file", ctx.global.token_file,
+                 "file holding the bearer token soartuned expects (else $SOARTUNE_TOKEN); needs --tls-ca")
+      ->envname("SOARTUNE_TOKEN_FILE");
 
   add_job_commands(app, ctx);
   add_trial_commands(app, ctx);
@@ -65,6 +73,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
   if (!ctx.action) return kExitUsage;
-  Client client(ctx.global);
+  std::string error;
+  auto credentials = channel_credentials(ctx.global, &error);
+  if (!credentials) return fail(kExitUsage, error);
+  Client client(ctx.global, std::move(credentials));
   return ctx.action(client);
 }

@@ -65,6 +65,7 @@ class Daemon {
     std::vector<std::string> args = {SOARTUNED_PATH, "--port", "0", "--port-file", port_file,
                                      "--database", dir_.file("soartune.db"), "--work-dir", dir_.file("work"),
                                      "--workloads-dir", std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads",
+                                     "--data-root", ".", "--data-root", dir_.path(), "--data-root", SOARTUNE_SHARED_DIR,
                                      "--worker", worker_, "--log-level", "debug"};
     args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;

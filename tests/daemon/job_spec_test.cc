@@ -242,5 +242,49 @@ TEST_F(JobSpecTest, GatingOnRandomWeightsWarnsAndAProxyModelIsLabelled) {
   expect_error(with("accuracy", "accuracy: {model: synthetic:tiny}"), "accuracy.model");
 }
 
+// Sizes and numbers a hostile or careless client could send: each refused with INVALID_ARGUMENT naming the field.
+TEST_F(JobSpecTest, OversizedTextsAndUnboundedNumbersAreRefused) {
+  const std::string after_name = good_spec().substr(good_spec().find('\n'));   // name: is the first line
+  expect_error("name: " + std::string(3u << 20, 'x') + after_name, "name");
+  expect_error("name: " + std::string(201, 'x') + after_name, "name");
+  expect_error(with("trial_timeout_s", "trial_timeout_s: 1e308"), "trial_timeout_s");
+  expect_error(with("trial_timeout_s", "trial_timeout_s: 604801"), "trial_timeout_s");
+  expect_error(with("budget", "budget: {time_s: 1e308}"), "budget.time_s");
+  expect_error(with("budget", "budget: {stop_when: {ei_below_pct: 1e308}}"), "budget.stop_when.ei_below_pct");
+  expect_error(with("scoring", "scoring: {weights: {c1: 1e308}}"), "scoring.weights.c1");
+  expect_error(with("model", "model: hf:/tmp/" + std::string(300, 'm')), "model");
+  expect_error(with("model", "model: hf:" + std::string(5000, 'm')), "model");
+  expect_error(with("accuracy", "accuracy: {set: /tmp/" + std::string(300, 'a') + ".jsonl}"), "accuracy.set");
+  expect_error(with("workload", "workload: " + std::string(300, 'w')), "workload");
+  // At the limits they still parse.
+  EXPECT_TRUE(parse("name: " + std::string(200, 'x') + after_name).ok());
+  EXPECT_TRUE(parse(with("trial_timeout_s", "trial_timeout_s: 604800")).ok());
+}
+
+
+// An hf: model's config.json bounds what a spec may ask of it: layer overrides within its layers, workloads
+// within its context; a config.json that is not JSON is refused without quoting it.
+TEST_F(JobSpecTest, HfModelBoundsLayerOverridesAndWorkloadLengths) {
+  write_file(dir_.file("m/config.json"), R"({"num_hidden_layers": 4, "max_position_embeddings": 64})");
+  const std::string model = "model: hf:" + dir_.file("m");
+  auto spec = [&](const std::string& extra, const std::string& workload) {
+    std::string s = with("model", model);
+    s = s.substr(0, s.find("\nworkload:") + 1) + workload + s.substr(s.find('\n', s.find("\nworkload:") + 1));
+    return s + extra;
+  };
+  const std::string fits = "workload: {requests: [{input_len: 32, output_len: 32, count: 1}]}";
+  EXPECT_TRUE(parse(spec("layer_overrides: {\"3\": 8}\n", fits)).ok());
+  expect_error(spec("layer_overrides: {\"99\": 8}\n", fits), "layer_overrides.99");
+  expect_error(spec("layer_overrides: {\"4\": 8}\n", fits), "layer_overrides.4");
+  expect_error(spec("", "workload: {requests: [{input_len: 60, output_len: 8, count: 1}]}"), "workload.requests[0]");
+  expect_error(spec("", "workload: {requests: [{input_len: 8, output_len: 8, count: 1}, "
+                        "{input_len: 1000000, output_len: 8, count: 1}]}"), "workload.requests[1]");
+  write_file(dir_.file("m/config.json"), "SECRET first line, not json");
+  soartune::Result<JobSpec> r = parse(spec("", fits));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message.rfind("model:", 0), 0u) << r.status().message;
+  EXPECT_EQ(r.status().message.find("SECRET"), std::string::npos) << r.status().message;
+}
+
 }  // namespace
 }  // namespace soartune::daemon

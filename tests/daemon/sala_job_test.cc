@@ -56,6 +56,7 @@ class SalaDaemon {
     std::vector<std::string> args = {SOARTUNED_PATH, "--port", "0", "--port-file", port_file,
                                      "--database", dir_.file("soartune.db"), "--work-dir", dir_.file("work"),
                                      "--workloads-dir", std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads",
+                                     "--data-root", ".", "--data-root", dir_.path(), "--data-root", SOARTUNE_SHARED_DIR,
                                      "--worker", SOARTUNE_WORKER_PATH};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -68,6 +68,25 @@ TEST(WorkerProcess, WorkerSeesOnlyTheAllowlistedEnvironment) {
   EXPECT_EQ(r.out, "switch=unset omp=3 dev=2 path=set\n");
 }
 
+// A worker runs with its memory capped and core dumps off, from its first instruction (the limits are set
+// before exec); an allocation beyond the cap fails inside the worker, not on the machine.
+TEST(WorkerProcess, WorkerRunsUnderTheAddressSpaceCapWithoutCoreDumps) {
+  TempDir d;
+  ProcessSpec ps;
+  ps.argv = {write_script(d.file("w.sh"), "echo \"as=$(ulimit -v) core=$(ulimit -c)\"")};
+  ps.address_space_limit_bytes = 512ull << 20;
+  ProcessResult r = run_process(ps);
+  ASSERT_TRUE(r.started) << r.spawn_error;
+  EXPECT_EQ(r.out, "as=524288 core=0\n");
+
+  ps.argv = {write_script(d.file("big.sh"), "x=$(head -c 400000000 /dev/zero | tr '\\0' a); echo survived ${#x}")};
+  ps.address_space_limit_bytes = 128ull << 20;
+  r = run_process(ps);
+  ASSERT_TRUE(r.started);
+  EXPECT_EQ(r.out.find("survived 400000000"), std::string::npos) << r.out;
+  EXPECT_FALSE(r.exited && r.exit_code == 0 && r.out.find("survived") != std::string::npos);
+}
+
 TEST(WorkerProcess, MissingProgramIsReported) {
   ProcessSpec ps;
   ps.argv = {"/nonexistent/soartune-worker"};
