@@ -621,6 +621,7 @@ void JobManager::launch_trial(JobRun& run, int device, const search::Suggestion&
   std::string ref_file = (fs::path(run.work_dir) / "reference.json").string();
   ReferenceFile ref;
   (is_reference ? ref.write : ref.read) = ref_file;
+  ref.quant_cache = (fs::path(run.work_dir) / "quantized").string();
   {
     std::ofstream out(rt->trial_file);
     out << trial_yaml(spec, config, ref, {"job " + run.id + ", trial " + std::to_string(number)});

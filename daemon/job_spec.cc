@@ -493,6 +493,9 @@ std::string trial_yaml(const JobSpec& spec, const Config& launch, const Referenc
   e << YAML::EndSeq;
   e << YAML::Key << "accuracy" << YAML::Value;
   emit_node(e, spec.accuracy);
+  if (!ref.quant_cache.empty())
+    e << YAML::Key << "calibration" << YAML::Value << YAML::BeginMap << YAML::Key << "cache_dir" << YAML::Value
+      << ref.quant_cache << YAML::EndMap;
   if (!ref.write.empty() || !ref.read.empty()) {
     e << YAML::Key << "reference" << YAML::Value << YAML::BeginMap;
     if (!ref.write.empty()) e << YAML::Key << "write" << YAML::Value << ref.write;

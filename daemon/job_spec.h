@@ -70,6 +70,7 @@ soartune::Config space_view(const JobSpec& spec, const soartune::Config& full);
 struct ReferenceFile {
   std::string write;           // this trial is the reference: save its outputs here
   std::string read;            // compare against these saved outputs
+  std::string quant_cache;     // directory the job's trials share for quantised weights (GPTQ); empty: none
 };
 
 // The trial file (FORMATS section 3) for `launch`. `header` lines become leading comments.

@@ -39,12 +39,6 @@ Result<std::vector<std::vector<int32_t>>> calibration_sequences(const TrialSpec&
   return seqs;
 }
 
-std::string default_cache_dir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/soartune/quantized";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/soartune/quantized";
-  return "";
-}
-
 // Everything the quantised weights depend on.
 std::string cache_key(const TrialSpec& t) {
   std::ostringstream k;
@@ -82,7 +76,9 @@ Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& t) {
     if (Status s = quantize_model(w, t.launch); !s.ok()) return s;
     return done();
   }
-  const std::string dir = t.calibration.cache_dir.empty() ? default_cache_dir() : t.calibration.cache_dir;
+  // Only the trial file names the cache (the daemon gives each job one under its work dir): nothing in the
+  // worker's environment decides where weights come from.
+  const std::string& dir = t.calibration.cache_dir;
   const std::string key = cache_key(t);
   if (!dir.empty()) {
     r.cache_file = quantized_cache_file(dir, key);

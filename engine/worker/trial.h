@@ -28,7 +28,7 @@ struct CalibrationSpec {
   int samples = 32;                  // sequences (prompt + continuation)
   double damp_pct = 1.0;             // Hessian damping, percent of the mean of its diagonal
   std::string cache_dir;             // quantised weights kept per (model, method, bits, groups, overrides,
-                                     // calibration); empty: $XDG_CACHE_HOME or $HOME/.cache, /soartune/quantized
+                                     // calibration); empty: no cache (the daemon names one per job)
 };
 
 struct TrialSpec {
