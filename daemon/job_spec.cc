@@ -10,6 +10,7 @@
 
 #include "core/knob_catalogue.h"
 #include "core/launch_config.h"
+#include "core/synthetic_presets.h"
 #include "daemon/data_roots.h"
 #include "daemon/model_facts.h"
 #include "daemon/request_limits.h"
@@ -104,6 +105,7 @@ Result<std::string> resolve_model(const YAML::Node& n, const SpecContext& ctx) {
     static const std::regex kPreset("[A-Za-z0-9][A-Za-z0-9._-]*");
     if (!std::regex_match(preset, kPreset))
       return Status::Invalid("model: '" + m + "' has no valid preset name after synthetic: (e.g. synthetic:tiny)");
+    if (Result<core::SyntheticPreset> p = core::find_synthetic_preset(preset); !p.ok()) return p.status();
     return m;
   }
   if (m.rfind("hf:", 0) == 0) {
@@ -409,27 +411,30 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
     if (Status s = check_layer_overrides(lo); !s.ok()) return s;
     spec.layer_overrides = YAML::Clone(lo);
   }
+  // What can be known before any trial runs: the layers the overrides name exist, the workload fits.
+  Result<ModelFacts> facts = Status::Invalid("model: unchecked");
   if (spec.model.rfind("hf:", 0) == 0) {
-    // What can be known before any trial runs: the layers the overrides name exist, the workload fits.
     const std::string dir = spec.model.substr(3);
     if (Result<std::string> c = confine_to_data_roots(dir + "/config.json", ctx.data_roots, "model"); !c.ok())
       return c.status();
-    Result<ModelFacts> facts = read_model_facts(dir);
-    if (!facts.ok()) return facts.status();
-    if (spec.layer_overrides.IsDefined() && spec.layer_overrides.IsMap()) {
-      Result<LaunchConfig> lc = LaunchConfig::parse(YAML::Node(), spec.layer_overrides);
-      if (!lc.ok()) return lc.status();
-      if (Status s = lc.value().check_layers(facts.value().layers); !s.ok()) return s;
-    }
-    if (const int64_t ctx_len = facts.value().max_position; ctx_len > 0) {
-      const YAML::Node reqs = spec.workload["requests"];
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        const int64_t len = reqs[i]["input_len"].as<int64_t>() + reqs[i]["output_len"].as<int64_t>();
-        if (len > ctx_len)
-          return Status::Invalid("workload.requests[" + std::to_string(i) + "]: input_len + output_len = " +
-                                 std::to_string(len) + " exceeds the model's context of " + std::to_string(ctx_len) +
-                                 " tokens (max_position_embeddings)");
-      }
+    facts = read_model_facts(dir);
+  } else {
+    facts = synthetic_model_facts(spec.model.substr(std::string("synthetic:").size()));
+  }
+  if (!facts.ok()) return facts.status();
+  if (spec.layer_overrides.IsDefined() && spec.layer_overrides.IsMap()) {
+    Result<LaunchConfig> lc = LaunchConfig::parse(YAML::Node(), spec.layer_overrides);
+    if (!lc.ok()) return lc.status();
+    if (Status s = lc.value().check_layers(facts.value().layers); !s.ok()) return s;
+  }
+  if (const int64_t ctx_len = facts.value().max_position; ctx_len > 0) {
+    const YAML::Node reqs = spec.workload["requests"];
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const int64_t len = reqs[i]["input_len"].as<int64_t>() + reqs[i]["output_len"].as<int64_t>();
+      if (len > ctx_len)
+        return Status::Invalid("workload.requests[" + std::to_string(i) + "]: input_len + output_len = " +
+                               std::to_string(len) + " exceeds the model's context of " + std::to_string(ctx_len) +
+                               " tokens (" + facts.value().context_source + ")");
     }
   }
   if (const YAML::Node sub = root["submissions"]; sub.IsDefined() && !sub.IsNull()) {

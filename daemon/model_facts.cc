@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/synthetic_presets.h"
+
 namespace soartune::daemon {
 
 soartune::Result<ModelFacts> read_model_facts(const std::string& model_dir) {
@@ -21,6 +23,17 @@ soartune::Result<ModelFacts> read_model_facts(const std::string& model_dir) {
   f.layers = static_cast<int>(layers->get<int64_t>());
   if (auto mp = c.find("max_position_embeddings"); mp != c.end() && mp->is_number_integer() && mp->get<int64_t>() > 0)
     f.max_position = mp->get<int64_t>();
+  f.context_source = "max_position_embeddings";
+  return f;
+}
+
+soartune::Result<ModelFacts> synthetic_model_facts(const std::string& preset) {
+  soartune::Result<core::SyntheticPreset> p = core::find_synthetic_preset(preset);
+  if (!p.ok()) return p.status();
+  ModelFacts f;
+  f.layers = p.value().layers;
+  f.max_position = p.value().max_position;
+  f.context_source = "the synthetic:" + preset + " preset";
   return f;
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/synthetic_presets.h"
 #include "engine/gptq_format.h"
 #include "engine/safetensors.h"
 #include "engine/system_memory.h"
@@ -16,63 +17,24 @@ namespace soartune::engine {
 
 namespace {
 
-struct Preset {
-  const char* name;
-  ModelConfig c;
-};
-
-ModelConfig shape(int hidden, int inter, int layers, int heads, int kv, int hd, int vocab, float eps, float theta,
-                  int max_pos) {
-  ModelConfig c;
-  c.hidden = hidden;
-  c.intermediate = inter;
-  c.layers = layers;
-  c.heads = heads;
-  c.kv_heads = kv;
-  c.head_dim = hd;
-  c.vocab = vocab;
-  c.rms_eps = eps;
-  c.rope_theta = theta;
-  c.max_position = max_pos;
-  return c;
-}
-
-// MiniCPM-SALA with the release's semantics: softmax layers at `softmax` (NoPE, output gate, InfLLM-v2
+// A MiniCPM-SALA preset with the release's semantics: softmax layers at `softmax` (NoPE, output gate, InfLLM-v2
 // sparse_config of the release), lightning layers elsewhere with as many heads of the same width as the
 // softmax layers' queries, no GQA, qk-norm, RoPE, output norm and gate; muP scale_emb 12, scale_depth 1.4,
 // logits divided by 16.
-ModelConfig minicpm_sala(ModelConfig c, std::initializer_list<int> softmax) {
-  c.mixers.assign(static_cast<std::size_t>(c.layers), MixerKind::kLightning);
-  for (int i : softmax) c.mixers[static_cast<std::size_t>(i)] = MixerKind::kSoftmax;
-  c.attn_use_rope = false;
-  c.attn_output_gate = true;
-  c.sparse = SparseAttentionConfig{true, 64, 8192, 1, 32, 16, 64, 2048};
-  c.lightning_heads = c.heads;
-  c.lightning_kv_heads = c.heads;
-  c.lightning_head_dim = c.head_dim;
-  c.lightning_scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-  c.lightning_qk_norm = c.lightning_use_rope = c.lightning_output_norm = c.lightning_output_gate = true;
-  c.embed_scale = 12.f;
-  c.residual_scale = static_cast<float>(1.4 / std::sqrt(static_cast<double>(c.layers)));
-  c.logit_divisor = 16.f;
-  return c;
-}
-
-const std::vector<Preset>& presets() {
-  static const std::vector<Preset> p = {
-      // A whole demo trial runs in seconds on two cores.
-      {"tiny", shape(256, 768, 4, 4, 2, 64, 2048, 1e-5f, 10000.f, 4096)},
-      // The shared test model's shape (tiny-llama-bpe4k).
-      {"small", shape(512, 1536, 6, 4, 2, 128, 4096, 1e-5f, 10000.f, 4096)},
-      {"llama3-8b", shape(4096, 14336, 32, 32, 8, 128, 128256, 1e-5f, 500000.f, 131072)},
-      // The MiniCPM-SALA release (openbmb/MiniCPM-SALA config.json: hidden 4096, 32 x 128 heads, 2 KV heads,
-      // dim_model_base 256), for timing at scale.
-      {"minicpm-sala-9b", minicpm_sala(shape(4096, 16384, 32, 32, 2, 128, 73448, 1e-6f, 10000.f, 524288),
-                                       {0, 9, 16, 17, 22, 29, 30, 31})},
-      // The shared tiny-sala test model's shape (hidden 256, dim_model_base 16), for quick hybrid-model trials.
-      {"tiny-sala", minicpm_sala(shape(256, 768, 8, 4, 2, 64, 4096, 1e-6f, 10000.f, 16384), {0, 4, 7})},
-  };
-  return p;
+void make_minicpm_sala(ModelConfig* c, const std::vector<int>& softmax) {
+  c->mixers.assign(static_cast<std::size_t>(c->layers), MixerKind::kLightning);
+  for (int i : softmax) c->mixers[static_cast<std::size_t>(i)] = MixerKind::kSoftmax;
+  c->attn_use_rope = false;
+  c->attn_output_gate = true;
+  c->sparse = SparseAttentionConfig{true, 64, 8192, 1, 32, 16, 64, 2048};
+  c->lightning_heads = c->heads;
+  c->lightning_kv_heads = c->heads;
+  c->lightning_head_dim = c->head_dim;
+  c->lightning_scale = 1.f / std::sqrt(static_cast<float>(c->head_dim));
+  c->lightning_qk_norm = c->lightning_use_rope = c->lightning_output_norm = c->lightning_output_gate = true;
+  c->embed_scale = 12.f;
+  c->residual_scale = static_cast<float>(1.4 / std::sqrt(static_cast<double>(c->layers)));
+  c->logit_divisor = 16.f;
 }
 
 // Counter-based generator: value i of tensor `stream` depends only on (seed, stream, i), so tensors
@@ -379,23 +341,24 @@ std::size_t weight_bytes_16(const ModelConfig& c) {
   return static_cast<std::size_t>(c.parameter_count()) * 2;
 }
 
-std::vector<std::string> synthetic_presets() {
-  std::vector<std::string> names;
-  for (const auto& p : presets()) names.push_back(p.name);
-  return names;
-}
-
 Result<ModelConfig> synthetic_config(const std::string& preset) {
-  for (const auto& p : presets()) {
-    if (preset == p.name) {
-      ModelConfig c = p.c;
-      c.name = "synthetic:" + preset;
-      return c;
-    }
-  }
-  std::string allowed;
-  for (const auto& n : synthetic_presets()) allowed += (allowed.empty() ? "" : ", ") + n;
-  return Status::Invalid("model: synthetic preset '" + preset + "' is not one of " + allowed);
+  Result<core::SyntheticPreset> found = core::find_synthetic_preset(preset);
+  if (!found.ok()) return found.status();
+  const core::SyntheticPreset& p = found.value();
+  ModelConfig c;
+  c.name = "synthetic:" + preset;
+  c.hidden = p.hidden;
+  c.intermediate = p.intermediate;
+  c.layers = p.layers;
+  c.heads = p.heads;
+  c.kv_heads = p.kv_heads;
+  c.head_dim = p.head_dim;
+  c.vocab = p.vocab;
+  c.rms_eps = p.rms_eps;
+  c.rope_theta = p.rope_theta;
+  c.max_position = p.max_position;
+  if (!p.sala_softmax_layers.empty()) make_minicpm_sala(&c, p.sala_softmax_layers);
+  return c;
 }
 
 Result<ModelConfig> read_hf_config(const std::string& dir) {

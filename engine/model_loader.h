@@ -4,7 +4,7 @@
 //                       MiniCPM-SALA (MiniCPMSALAForCausalLM: mixer_types, lightning_*, gates, muP, sparse_config).
 //                       A GPTQ checkpoint (symmetric, desc_act false; engine/gptq_format.h) loads its quantised
 //                       linears as quantised weights (bits, group size and codes as stored).
-//   synthetic:<preset>  deterministic random bf16 weights of a named shape (synthetic_presets()).
+//   synthetic:<preset>  deterministic random bf16 weights of a named shape (core/synthetic_presets.h).
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,8 @@ namespace soartune::engine {
 Result<ModelWeights> load_model(const std::string& spec, uint64_t seed = 1);
 
 Result<ModelConfig> read_hf_config(const std::string& dir);
+// The shape of a core::synthetic_presets() entry; INVALID_ARGUMENT naming `model` and the presets otherwise.
 Result<ModelConfig> synthetic_config(const std::string& preset);
-std::vector<std::string> synthetic_presets();   // tiny, small, llama3-8b, minicpm-sala-9b, tiny-sala
 
 // Host bytes the 16-bit weights of `c` take (what load_model must find free).
 std::size_t weight_bytes_16(const ModelConfig& c);

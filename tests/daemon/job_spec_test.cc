@@ -288,3 +288,39 @@ TEST_F(JobSpecTest, HfModelBoundsLayerOverridesAndWorkloadLengths) {
 
 }  // namespace
 }  // namespace soartune::daemon
+
+// A synthetic: model is checked against its preset in core/synthetic_presets.h, as an hf: model against its
+// config.json: the name among the presets, layer overrides within its layers, workloads within its context.
+namespace soartune::daemon {
+namespace {
+
+TEST_F(JobSpecTest, SyntheticPresetIsCheckedAtSubmission) {
+  soartune::Result<JobSpec> r = parse(with("model", "model: synthetic:nonexistent"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code, soartune::Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message,
+            "model: synthetic preset 'nonexistent' is not one of tiny, small, llama3-8b, minicpm-sala-9b, tiny-sala");
+  // synthetic:tiny has 4 layers and a context of 4096 tokens.
+  EXPECT_TRUE(parse(good_spec() + "layer_overrides: {\"3\": 8}\n").ok());
+  expect_error(good_spec() + "layer_overrides: {\"99\": 8}\n", "layer_overrides.99");
+  expect_error(good_spec() + "layer_overrides: {\"4\": 8}\n", "layer_overrides.4");
+  auto workload = [&](const std::string& w) {
+    std::string s = good_spec();
+    const size_t at = s.find("\nworkload:") + 1;
+    return s.substr(0, at) + w + s.substr(s.find('\n', at));
+  };
+  EXPECT_TRUE(parse(workload("workload: {requests: [{input_len: 4000, output_len: 96, count: 1}]}")).ok());
+  soartune::Result<JobSpec> longer = parse(workload("workload: {requests: [{input_len: 4000, output_len: 97, count: 1}]}"));
+  ASSERT_FALSE(longer.ok());
+  EXPECT_EQ(longer.status().message,
+            "workload.requests[0]: input_len + output_len = 4097 exceeds the model's context of 4096 tokens "
+            "(the synthetic:tiny preset)");
+  expect_error(workload("workload: {requests: [{input_len: 8, output_len: 8, count: 1}, "
+                        "{input_len: 1000000, output_len: 8, count: 1}]}"), "workload.requests[1]");
+  // The engine builds the same shape the daemon checked.
+  EXPECT_TRUE(parse(with("model", "model: synthetic:tiny-sala") + "layer_overrides: {\"7\": 8}\n").ok());
+  expect_error(with("model", "model: synthetic:tiny-sala") + "layer_overrides: {\"8\": 8}\n", "layer_overrides.8");
+}
+
+}  // namespace
+}  // namespace soartune::daemon
