@@ -134,7 +134,7 @@ HttpAnswer HttpApi::get(const std::string& path, const std::multimap<std::string
     return error_answer({grpc::StatusCode::NOT_FOUND, "no API route " + path + " (see daemon/http_api.h)"});
   if (p[1] == "submissions" && p.size() == 2) {
     pb::ListSubmissionsRequest req;
-    if (auto e = fill_request(req, nlohmann::json::object(), query, {"job_id"})) return *e;
+    if (auto e = fill_request(req, nlohmann::json::object(), query, {"job_id", "page_size", "page_token"})) return *e;
     return answer<pb::ListSubmissionsRequest, pb::ListSubmissionsResponse>(req, bind(&TunerService::ListSubmissions));
   }
   if (p[1] != "jobs")

@@ -11,7 +11,7 @@
 //   GET /api/jobs/<id>/best               GetBest
 //   GET /api/jobs/<id>/export             ExportConfig      trial (default: the best), format
 //   GET /api/jobs/<id>/plan               PlanSubmissions   k, accuracy_sigma
-//   GET /api/submissions                  ListSubmissions   job_id
+//   GET /api/submissions                  ListSubmissions   job_id, page_size, page_token
 //
 // Errors answer {"error": {"code": "NOT_FOUND", "message": "..."}} with the HTTP status of the gRPC code.
 #pragma once

@@ -775,15 +775,16 @@ Result<SubmissionRecord> Store::insert_submission_within_budget(const Submission
   return r;
 }
 
-std::vector<SubmissionRecord> Store::list_submissions(const std::string& job_id) const {
+std::vector<SubmissionRecord> Store::list_submissions(const std::string& job_id, int limit, int offset) const {
   std::vector<SubmissionRecord> out;
   auto lease = impl_->lease();
   if (!lease.ok()) return out;
   Connection& c = *lease.value();
   auto q = Statement::prepare(c, std::string("SELECT ") + kSubmissionColumns +
-                                     " FROM submissions WHERE (?1 = '' OR job_id = ?1) ORDER BY submitted_ms, id");
+                                     " FROM submissions WHERE (?1 = '' OR job_id = ?1) ORDER BY submitted_ms, id"
+                                     " LIMIT ?2 OFFSET ?3");
   if (!q.ok()) return out;
-  q.value().bind(1, job_id);
+  q.value().bind(1, job_id).bind(2, limit > 0 ? limit : -1).bind(3, std::max(offset, 0));
   while (true) {
     auto row = q.value().step();
     if (!row.ok() || !row.value()) break;

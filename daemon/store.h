@@ -153,7 +153,8 @@ class Store {
   // Counts s.budget_day's submissions (all jobs) and inserts only when fewer than per_day exist, in one write
   // transaction, so two concurrent callers cannot both take the last slot. kResourceExhausted when spent.
   Result<SubmissionRecord> insert_submission_within_budget(const SubmissionRecord& s, int per_day);
-  std::vector<SubmissionRecord> list_submissions(const std::string& job_id) const;   // "" = all
+  // "" = all jobs; oldest first; limit 0 = all rows.
+  std::vector<SubmissionRecord> list_submissions(const std::string& job_id, int limit = 0, int offset = 0) const;
   int count_submissions_on_day(const std::string& budget_day) const;   // all jobs
 
  private:

@@ -545,8 +545,25 @@ grpc::Status TunerService::ListSubmissions(grpc::ServerContext*, const pb::ListS
     Result<JobView> j = jobs_.get_job(req->job_id());
     if (!j.ok()) return to_grpc(j.status());
   }
-  std::vector<SubmissionRecord> subs = jobs_.with_store([&](Store& s) { return s.list_submissions(req->job_id()); });
-  for (const SubmissionRecord& s : subs) to_proto(s, out->add_submissions());
+  Result<int> size = page_size(req->page_size());
+  if (!size.ok()) return to_grpc(size.status());
+  Result<int> offset = page_offset(req->page_token());
+  if (!offset.ok()) return to_grpc(offset.status());
+  std::vector<SubmissionRecord> subs = jobs_.with_store(
+      [&](Store& s) { return s.list_submissions(req->job_id(), size.value() + 1, offset.value()); });
+  // A page ends at page_size rows or at kMaxResponseBytes, whichever comes first (always at least one row).
+  size_t bytes = 0;
+  int n = 0;
+  for (; n < static_cast<int>(subs.size()) && n < size.value(); ++n) {
+    pb::Submission* p = out->add_submissions();
+    to_proto(subs[n], p);
+    bytes += p->ByteSizeLong();
+    if (bytes > kMaxResponseBytes && n > 0) {
+      out->mutable_submissions()->RemoveLast();
+      break;
+    }
+  }
+  if (n < static_cast<int>(subs.size())) out->set_next_page_token(std::to_string(offset.value() + n));
   search::SubmissionBudget budget = submission_budget(jobs_, req->job_id());
   const int64_t now = now_ms();
   std::string day = budget.budget_day(now);

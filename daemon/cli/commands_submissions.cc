@@ -220,12 +220,22 @@ struct SubmissionsOptions {
 };
 
 int run_submissions(Client& client, const SubmissionsOptions& o) {
-  v1::ListSubmissionsRequest req;
-  req.set_job_id(o.job);
+  // Every page; the budget fields are the same on each, the last page's are kept.
   v1::ListSubmissionsResponse resp;
-  auto ctx = client.context();
-  grpc::Status s = client.stub().ListSubmissions(ctx.get(), req, &resp);
-  if (!s.ok()) return report(s, client);
+  google::protobuf::RepeatedPtrField<v1::Submission> all;
+  std::string token;
+  do {
+    v1::ListSubmissionsRequest req;
+    req.set_job_id(o.job);
+    req.set_page_size(1000);
+    req.set_page_token(token);
+    auto ctx = client.context();
+    grpc::Status s = client.stub().ListSubmissions(ctx.get(), req, &resp);
+    if (!s.ok()) return report(s, client);
+    for (auto& sub : *resp.mutable_submissions()) *all.Add() = std::move(sub);
+    token = resp.next_page_token();
+  } while (!token.empty());
+  resp.mutable_submissions()->Swap(&all);
   if (o.json) {
     Json arr = Json::array();
     for (const auto& sub : resp.submissions()) arr.push_back(to_json(sub));

@@ -31,6 +31,17 @@ export async function allJobs() {
   }
 }
 
+// Every recorded submission (all pages) with the budget fields of the last page.
+export async function allSubmissions() {
+  let subs = [], token = "";
+  for (;;) {
+    const page = await get(`/api/submissions?page_size=1000&page_token=${encodeURIComponent(token)}`);
+    subs = subs.concat(page.submissions);
+    token = page.next_page_token;
+    if (!token) return { ...page, submissions: subs };
+  }
+}
+
 // The job's watch stream (server-sent events): onEvent gets each pb::JobEvent. Returns a function that stops it.
 export function watch(jobId, onEvent) {
   const live = document.getElementById("live");

@@ -1,10 +1,10 @@
 // Submissions (/submissions?job=<id>): today's budget and when it resets, the recorded official results with
 // the local score beside them, and a job's plan for today with P(C = 1) per pick.
-import { allJobs, get } from "./api.js";
+import { allJobs, allSubmissions, get } from "./api.js";
 import { el, score, time } from "./format.js";
 
 export async function submissionsPage(main, params) {
-  const [subs, jobs] = await Promise.all([get("/api/submissions"), allJobs()]);
+  const [subs, jobs] = await Promise.all([allSubmissions(), allJobs()]);
   const jobId = params.get("job") || (jobs[0] ? jobs[0].id : "");
   const sel = el("select", { id: "plan-job", onchange: (e) => {
     history.pushState(null, "", `/submissions?job=${e.target.value}`);
