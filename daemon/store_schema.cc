@@ -171,6 +171,7 @@ const std::vector<Migration>& migrations() {
       {3, "trial suggestion (why the search chose it)", kV3},
       {4, "typed trial facts: failure kind, reference flag, kernel plans, environment", kV4},
       {5, "the Slurm job each trial runs as; proxy accuracy flag", kV5},
+      {6, "text repaired to valid UTF-8 (bad bytes stored by older builds become U+FFFD)", "", repair_text_encoding},
   };
   return kMigrations;
 }
@@ -201,6 +202,7 @@ Result<int> migrate(Connection& c, const std::string& path) {
                       "NOT NULL DEFAULT 0)");
     if (!s.ok()) return s;
     s = c.exec(m.sql);
+    if (s.ok() && m.rewrite) s = m.rewrite(c);
     if (!s.ok()) {
       return Status::Internal("database " + path + ": migration to version " + std::to_string(m.version) + " (" +
                               m.description + ") failed: " + s.message);

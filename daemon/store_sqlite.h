@@ -112,6 +112,7 @@ struct Migration {
   int version;
   const char* description;
   const char* sql;
+  Status (*rewrite)(Connection&) = nullptr;   // a step SQL alone cannot say, run after `sql` in its transaction
 };
 const std::vector<Migration>& migrations();
 int latest_schema_version();
@@ -120,6 +121,9 @@ int latest_schema_version();
 // transaction together with its version bump. A database written by a newer build is refused
 // (kFailedPrecondition) and left untouched. Returns the version the database is at afterwards.
 Result<int> migrate(Connection& c, const std::string& path);
+
+// Replaces the bytes that are not UTF-8 in every stored text by U+FFFD (store_text_repair.cc; schema step v6).
+Status repair_text_encoding(Connection& c);
 
 // True for SQLITE_CONSTRAINT_* result codes.
 bool is_constraint_error(int extended_code);
