@@ -46,6 +46,19 @@ std::string read_metrics(const WorkerResult& r, TrialRecord& t) {
   return "";
 }
 
+std::string mib(size_t bytes) {
+  std::ostringstream m;
+  m << static_cast<double>(bytes) / (1u << 20) << " MiB";
+  return m.str();
+}
+
+// A run whose stdout passed its cap kept the first out.size() bytes (the cap) and the last out_tail.size().
+std::string truncation_note(const ProcessResult& run) {
+  return "worker output truncated: stdout was " + std::to_string(run.stdout_bytes) + " bytes, past its cap of " +
+         mib(run.out.size()) + "; only the first " + mib(run.out.size()) + " and the last " + mib(run.out_tail.size()) +
+         " were kept";
+}
+
 TrialOutcome decide(const ProcessResult& run, double timeout_s, const Result<WorkerResult>& parsed, TrialRecord& t) {
   TrialOutcome o;
   auto fail = [&](FailureKind kind, std::string reason, int code = 0) {
@@ -94,9 +107,10 @@ TrialOutcome decide(const ProcessResult& run, double timeout_s, const Result<Wor
     return fail(FailureKind::kExitCode, reason, run.exit_code);
   }
   if (!have) {
-    std::string reason = parsed.status().message;
-    if (run.stdout_truncated) reason += " (stdout was cut at its size limit)";
-    return fail(FailureKind::kBadOutput, reason);
+    if (run.stdout_truncated)
+      return fail(FailureKind::kBadOutput, truncation_note(run) + ", and the last holds no complete result line (" +
+                                               parsed.status().message + ")");
+    return fail(FailureKind::kBadOutput, parsed.status().message);
   }
   const WorkerResult& r = parsed.value();
   if (!r.ok) {
@@ -113,7 +127,12 @@ TrialOutcome decide(const ProcessResult& run, double timeout_s, const Result<Wor
 
 TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, TrialRecord& t) {
   t.log_tail = valid_utf8(last_lines(run.err_tail, 40, 8192));
-  Result<WorkerResult> parsed = parse_worker_output(run.out);
+  // Past the cap only stdout's tail can hold the result, which the worker prints last: read it from there, and
+  // say in the log that the output was cut (a good result with too much logging is still a good result).
+  Result<WorkerResult> parsed = parse_worker_output(run.stdout_truncated ? run.out_tail : run.out);
+  if (run.stdout_truncated && parsed.ok())
+    t.log_tail += (t.log_tail.empty() ? "" : "\n") + std::string("soartuned: ") + truncation_note(run) +
+                  "; the result line was read from the last";
   if (parsed.ok()) {
     const WorkerResult& r = parsed.value();
     t.engine_build = r.engine_build;

@@ -29,21 +29,32 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Drains what is readable from `fd` into `buf`; returns false at EOF or error.
-bool drain(int fd, std::string& buf, size_t cap, bool keep_tail, bool* truncated) {
+// Keeps `n` bytes of stderr: its last `cap` bytes.
+void keep_tail(std::string& buf, const char* p, size_t n, size_t cap) {
+  buf.append(p, n);
+  if (buf.size() > cap) buf.erase(0, buf.size() - cap);
+}
+
+// Keeps `n` bytes of stdout: the first max_stdout_bytes whole, after that only the last stdout_tail_bytes, where a
+// worker that logged too much still leaves its result line (printed last).
+void keep_stdout(ProcessResult& r, const ProcessSpec& spec, const char* p, size_t n) {
+  r.stdout_bytes += n;
+  const size_t room = r.out.size() < spec.max_stdout_bytes ? spec.max_stdout_bytes - r.out.size() : 0;
+  const size_t take = std::min(room, n);
+  r.out.append(p, take);
+  if (take == n) return;
+  r.stdout_truncated = true;
+  keep_tail(r.out_tail, p + take, n - take, spec.stdout_tail_bytes);
+}
+
+// Drains what is readable from `fd` into `sink`; returns false at EOF or error.
+template <typename Sink>
+bool drain(int fd, Sink&& sink) {
   char chunk[65536];
   ssize_t n = ::read(fd, chunk, sizeof chunk);
   if (n < 0) return errno == EINTR || errno == EAGAIN;
   if (n == 0) return false;
-  if (keep_tail) {
-    buf.append(chunk, static_cast<size_t>(n));
-    if (buf.size() > cap) buf.erase(0, buf.size() - cap);
-  } else {
-    size_t room = buf.size() < cap ? cap - buf.size() : 0;
-    size_t take = std::min(room, static_cast<size_t>(n));
-    buf.append(chunk, take);
-    if (take < static_cast<size_t>(n) && truncated) *truncated = true;
-  }
+  sink(chunk, static_cast<size_t>(n));
   return true;
 }
 
@@ -197,6 +208,8 @@ ProcessResult run_process(const ProcessSpec& spec, const CancelFlag* cancel) {
   r.started = true;
 
   bool out_open = true, err_open = true;
+  auto out_sink = [&](const char* p, size_t n) { keep_stdout(r, spec, p, n); };
+  auto err_sink = [&](const char* p, size_t n) { keep_tail(r.err_tail, p, n, spec.stderr_tail_bytes); };
   bool term_sent = false;
   Clock::time_point term_time;
   int status = 0;
@@ -229,9 +242,9 @@ ProcessResult run_process(const ProcessSpec& spec, const CancelFlag* cancel) {
         for (int i = 0; i < n; ++i) {
           if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
           if (fds[i].fd == out_pipe[0]) {
-            out_open = drain(out_pipe[0], r.out, spec.max_stdout_bytes, false, &r.stdout_truncated);
+            out_open = drain(out_pipe[0], out_sink);
           } else {
-            err_open = drain(err_pipe[0], r.err_tail, spec.stderr_tail_bytes, true, nullptr);
+            err_open = drain(err_pipe[0], err_sink);
           }
         }
       }
@@ -248,26 +261,18 @@ ProcessResult run_process(const ProcessSpec& spec, const CancelFlag* cancel) {
   }
   // Whatever the child left in its group (a forked helper) goes with it; then pick up what is still buffered.
   ::kill(-pid, SIGKILL);
-  auto drain_rest = [&](int fd, bool open, std::string& buf, size_t cap, bool tail, bool* trunc) {
+  auto drain_rest = [&](int fd, bool open, auto& sink) {
     if (!open) return;
     ::fcntl(fd, F_SETFL, O_NONBLOCK);
     char chunk[65536];
     for (;;) {
       ssize_t n = ::read(fd, chunk, sizeof chunk);
       if (n <= 0) break;
-      if (tail) {
-        buf.append(chunk, static_cast<size_t>(n));
-        if (buf.size() > cap) buf.erase(0, buf.size() - cap);
-      } else {
-        size_t room = buf.size() < cap ? cap - buf.size() : 0;
-        size_t take = std::min(room, static_cast<size_t>(n));
-        buf.append(chunk, take);
-        if (take < static_cast<size_t>(n) && trunc) *trunc = true;
-      }
+      sink(chunk, static_cast<size_t>(n));
     }
   };
-  drain_rest(out_pipe[0], out_open, r.out, spec.max_stdout_bytes, false, &r.stdout_truncated);
-  drain_rest(err_pipe[0], err_open, r.err_tail, spec.stderr_tail_bytes, true, nullptr);
+  drain_rest(out_pipe[0], out_open, out_sink);
+  drain_rest(err_pipe[0], err_open, err_sink);
   ::close(out_pipe[0]);
   ::close(err_pipe[0]);
 

@@ -1,5 +1,5 @@
 // Supervision of one child process (a soartune-worker running one trial): spawned in its own process group,
-// stdout captured whole, the tail of stderr kept, a wall-clock timeout (SIGTERM to the group, then SIGKILL
+// stdout captured whole up to a cap (past it, its head and its tail), the tail of stderr kept, a wall-clock timeout (SIGTERM to the group, then SIGKILL
 // after a grace period), and cancellation from another thread. Nothing here knows what a trial is; the
 // interpretation of the worker's output lives in trial_result.h.
 #pragma once
@@ -18,7 +18,8 @@ struct ProcessSpec {
   std::string cwd;                                            // empty: the daemon's
   double timeout_s = 300;                                     // <= 0: no timeout
   double kill_grace_s = 3;                                    // between SIGTERM and SIGKILL
-  size_t max_stdout_bytes = 16u << 20;                        // beyond this stdout is truncated
+  size_t max_stdout_bytes = 16u << 20;                        // beyond this stdout is truncated ...
+  size_t stdout_tail_bytes = 1u << 20;                        // ... and only its last bytes kept beside the head
   size_t stderr_tail_bytes = 64u << 10;
   uint64_t address_space_limit_bytes = 0;                      // RLIMIT_AS of the child; 0: none. Core dumps: off
 };
@@ -31,8 +32,10 @@ struct ProcessResult {
   int term_signal = 0;             // the signal that ended it, when it did not exit normally
   bool timed_out = false;          // we killed it: the timeout passed
   bool cancelled = false;          // we killed it: cancelled
-  bool stdout_truncated = false;
-  std::string out;                 // stdout
+  bool stdout_truncated = false;   // stdout passed max_stdout_bytes
+  uint64_t stdout_bytes = 0;       // all the child wrote to stdout
+  std::string out;                 // stdout, its first max_stdout_bytes
+  std::string out_tail;            // when truncated: the last stdout_tail_bytes after the first max_stdout_bytes
   std::string err_tail;            // the last stderr_tail_bytes of stderr
   double wall_s = 0;
 };

@@ -304,6 +304,33 @@ TEST(TrialResult, TextIsValidUtf8) {
   EXPECT_EQ(last_lines("caf\xC3\xA9", 1, 2), "\xC3\xA9");
 }
 
+// A worker that logs more than the 16 MiB stdout cap (19 MB) before its result: the result line, printed last, is still
+// read from the kept tail and the log says the output was cut; without a result line the reason says plainly that
+// the output was truncated at the cap, not just that it was garbage.
+TEST(TrialResult, OutputPastTheSixteenMegabyteCapIsSaidToBeTruncated) {
+  TempDir d;
+  write_file(d.file("r.json"), kGoodResult);
+  const std::string log_19mb = "yes 'engine: a log line on stdout' | head -c 19000000; echo; ";
+  TrialRecord good;
+  ProcessResult run = run_script(d, log_19mb + "tr -d '\\n' < " + d.file("r.json") + "; echo", 30);
+  EXPECT_TRUE(run.stdout_truncated);
+  EXPECT_EQ(run.out.size(), 16u << 20);
+  TrialOutcome o = interpret(run, good);
+  ASSERT_EQ(o.status, TrialStatus::kComplete) << o.error;
+  EXPECT_DOUBLE_EQ(good.tiers[0].duration_s, 1.5);
+  EXPECT_NE(good.log_tail.find("soartuned: worker output truncated: stdout was 19000"), std::string::npos) << good.log_tail;
+  EXPECT_NE(good.log_tail.find("past its cap of 16 MiB"), std::string::npos) << good.log_tail;
+
+  TrialRecord bad;
+  TrialOutcome no_result = interpret(run_script(d, log_19mb + "echo '{\"ok\": true, \"tiers\": ['", 30), bad);
+  EXPECT_EQ(no_result.status, TrialStatus::kFailed);
+  EXPECT_EQ(no_result.failure_kind, FailureKind::kBadOutput);
+  EXPECT_EQ(no_result.error.rfind("worker output truncated: stdout was 19000", 0), 0u) << no_result.error;
+  EXPECT_NE(no_result.error.find("past its cap of 16 MiB; only the first 16 MiB and the last 1 MiB were kept, and "
+                                 "the last holds no complete result line"),
+            std::string::npos) << no_result.error;
+}
+
 // Plans and the environment the worker reports come through typed.
 TEST(TrialResult, PlansAndEnvironmentAreKept) {
   TempDir d;
