@@ -20,6 +20,7 @@
 #include "daemon/http_server.h"
 #include "daemon/job_manager.h"
 #include "daemon/request_limits.h"
+#include "daemon/rpc_error_messages.h"
 #include "daemon/store.h"
 #include "daemon/tuner_service.h"
 
@@ -149,6 +150,9 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxRequestBytes));
   builder.AddListeningPort(cfg.listen, security.value().credentials, &bound_port);
   builder.RegisterService(&service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(make_rpc_error_message_interceptor());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     spdlog::error("cannot listen on {}", cfg.listen);

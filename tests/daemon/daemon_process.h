@@ -54,8 +54,7 @@ class Daemon {
     std::remove(port_file.c_str());
     std::vector<std::string> args = {SOARTUNED_PATH, "--port-file", port_file, "--database", dir_.file("soartune.db"),
                                      "--work-dir", dir_.file("work"), "--workloads-dir",
-                                     std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads", "--worker",
-                                     SOARTUNE_WORKER_PATH};
+                                     std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads", "--worker", worker};
     // A free port unless the test names its own address; never the default 50051, which parallel tests share.
     if (std::find(extra_.begin(), extra_.end(), "--listen") == extra_.end()) {
       args.push_back("--port");
@@ -89,10 +88,18 @@ class Daemon {
     }
     return false;
   }
+  // kill -9, as a crash or the OOM killer would; start() again brings it back on the same database.
+  void kill_hard() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
   std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string log() const { return read_text(dir_.file("soartuned.log")); }
   pid_t pid() const { return pid_; }
   int status = 0;
+  std::string worker = SOARTUNE_WORKER_PATH;   // the program soartuned runs for each trial
 
   ProcessResult cli(std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
     std::vector<std::string> argv = {SOARTUNE_CLI_PATH, "--addr", addr(), "--timeout", "10"};
