@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <random>
 #include <set>
@@ -70,11 +71,13 @@ std::map<int, Measured> complete_trials(const std::string& db, const std::string
 
 const char* kJob =
     "name: chaos\nmodel: synthetic:tiny\nbackend: cpu\nstrategy: random\nseed: 5\n"
-    "budget: {trials: 14}\ntrial_timeout_s: 60\n"
-    "workload: {name: chaos, requests: [{name: a, input_len: 8, output_len: 4, count: 2}]}\n"
+    "budget: {trials: 40}\ntrial_timeout_s: 60\n"
+    "workload: {name: chaos, requests: [{name: a, input_len: 32, output_len: 16, count: 8}]}\n"
     "accuracy: {set: synthetic, samples: 2, prompt_len: 8, continuation_len: 4}\n"
     "space:\n  weight_bits: {type: choice, values: [16, 8, 4]}\n"
-    "  max_running_requests: {type: pow2, low: 1, high: 16}\n";
+    "  max_running_requests: {type: pow2, low: 1, high: 16}\n"
+    "  max_prefill_tokens: {type: pow2, low: 64, high: 1024}\n"
+    "  kv_cache_dtype: {type: choice, values: [bf16, fp8_e4m3]}\n";
 
 TEST(Chaos, RandomKillsOfTheDaemonLoseNoCompleteTrial) {
   TempDir dir;
@@ -95,9 +98,11 @@ TEST(Chaos, RandomKillsOfTheDaemonLoseNoCompleteTrial) {
   std::uniform_int_distribution<int> delay_ms(200, 2500);
   std::map<int, Measured> seen;   // COMPLETE before some kill
   const int kKills = 10;
+  int kills_while_running = 0;   // with a trial RUNNING in the store: a worker was (about to be) under way
   for (int k = 0; k < kKills; ++k) {
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     for (const auto& [n, m] : complete_trials(db, job)) seen.emplace(n, m);
+    kills_while_running += !rows(db, "SELECT 1 FROM trials WHERE status = 'RUNNING'", 1).empty();
     d.kill_hard();
     ASSERT_TRUE(d.start()) << "restart " << k + 1 << " failed:\n" << d.log();
   }
@@ -115,6 +120,9 @@ TEST(Chaos, RandomKillsOfTheDaemonLoseNoCompleteTrial) {
 
   const std::map<int, Measured> end = complete_trials(db, job);
   EXPECT_GE(seen.size(), 1u) << "no trial completed before a kill: the delays are too short to test anything";
+  EXPECT_GE(kills_while_running, kKills / 2) << "most kills found no trial running: the job is too short";
+  std::cout << kKills << " kills, " << kills_while_running << " with a trial running; " << seen.size()
+            << " trials COMPLETE before a kill, " << end.size() << " at the end\n";
   for (const auto& [n, m] : seen) {
     auto it = end.find(n);
     ASSERT_NE(it, end.end()) << "trial " << n << " was COMPLETE before a kill and is gone";
