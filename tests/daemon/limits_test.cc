@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/request_limits.h"
+#include "daemon/store.h"
 #include "daemon_process.h"
 #include "soartune/v1/tuner.grpc.pb.h"
 #include "test_util.h"
@@ -109,6 +110,83 @@ TEST(RequestLimits, ListPagesStayUnderTheMessageLimit) {
   ProcessResult jobs = d.cli({"jobs"});
   ASSERT_EQ(jobs.exit_code, 0) << jobs.err_tail;
   for (int i = 0; i < n; ++i) EXPECT_NE(jobs.out.find("big" + std::to_string(i) + " "), std::string::npos) << i;
+}
+
+}  // namespace
+}  // namespace soartune::daemon
+
+// ListSubmissions pages like ListJobs: page_size rows at most, a page stops growing at the byte limit, and the CLI
+// and a client walking next_page_token see every submission once, in order.
+namespace soartune::daemon {
+namespace {
+
+TEST(RequestLimits, SubmissionsArePaged) {
+  TempDir dir;
+  const int n = 700;   // 700 notes of 4 KiB: 2.8 MB, more than one response may carry
+  {
+    auto store = Store::open(dir.file("soartune.db"));
+    ASSERT_TRUE(store.ok()) << store.status().message;
+    JobRecord job;
+    job.id = "job-x";
+    job.name = "x";
+    job.state = JobState::kCancelled;
+    ASSERT_TRUE(store.value()->insert_job(job).ok());
+    TrialRecord trial;
+    trial.job_id = job.id;
+    trial.number = 0;
+    ASSERT_TRUE(store.value()->insert_trial(trial).ok());
+    for (int i = 0; i < n; ++i) {
+      SubmissionRecord s;
+      s.job_id = "job-x";
+      s.trial = 0;
+      s.budget_day = "2026-12-01";
+      s.submitted_ms = 1796000000000 + i;
+      s.result = {90, 90, 90, 99, 1, 90};
+      s.note = "n" + std::to_string(i) + " " + std::string(kMaxNoteBytes - 10, 'x');
+      ASSERT_TRUE(store.value()->insert_submission(s).ok());
+    }
+  }
+  Daemon d(dir, {});
+  ASSERT_TRUE(d.start()) << d.log();
+  auto stub = pb::Tuner::NewStub(grpc::CreateChannel(d.addr(), grpc::InsecureChannelCredentials()));
+  auto page = [&](int size, const std::string& token, pb::ListSubmissionsResponse* out) {
+    grpc::ClientContext ctx;
+    pb::ListSubmissionsRequest req;
+    req.set_page_size(size);
+    req.set_page_token(token);
+    return stub->ListSubmissions(&ctx, req, out);
+  };
+  pb::ListSubmissionsResponse first;
+  ASSERT_TRUE(page(0, "", &first).ok());
+  EXPECT_EQ(first.submissions_size(), 50);   // the default page
+  EXPECT_EQ(first.next_page_token(), "50");
+  EXPECT_FALSE(first.budget_day().empty());
+  std::vector<std::string> notes;
+  std::string token;
+  int pages = 0;
+  do {
+    pb::ListSubmissionsResponse r;
+    grpc::Status s = page(1000, token, &r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_LE(r.ByteSizeLong(), kMaxResponseBytes + 2 * kMaxNoteBytes);
+    for (const auto& sub : r.submissions()) notes.push_back(sub.note().substr(0, sub.note().find(' ')));
+    token = r.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 100);
+  EXPECT_GE(pages, 2);
+  ASSERT_EQ(notes.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(notes[i], "n" + std::to_string(i));
+  pb::ListSubmissionsResponse bad;
+  grpc::Status s = page(-1, "", &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  s = page(10, "not-a-token", &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("page_token:", 0), 0u) << s.error_message();
+
+  ProcessResult cli = d.cli({"submissions", "--json"});
+  ASSERT_EQ(cli.exit_code, 0) << cli.err_tail;
+  EXPECT_NE(cli.out.find("\"n0 "), std::string::npos);
+  EXPECT_NE(cli.out.find("\"n699 "), std::string::npos);
 }
 
 }  // namespace
