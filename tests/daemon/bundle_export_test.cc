@@ -3,12 +3,6 @@
 // prepare_env.sh, sourced in a clean shell, carries the race's base flags and the tuned flags once each; a
 // config that quantises weights needs the worker's checkpoint mode, and when the worker cannot write the
 // checkpoint the export fails with the worker's reason and leaves nothing in the client's directory.
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -19,128 +13,18 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "daemon/worker_process.h"
+#include "daemon_process.h"
 #include "soartune/v1/tuner.grpc.pb.h"
 #include "test_util.h"
+#include "tuner_client.h"
 
 namespace soartune::daemon {
 namespace {
 
 namespace pb = ::soartune::v1;
+using testing::Daemon;
 using testing::TempDir;
-
-extern "C" char** environ;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// soartuned on a free port with a temporary store and work directory, stopped when the test ends.
-class BundleDaemon {
- public:
-  BundleDaemon(const TempDir& dir, std::string worker) : dir_(dir), worker_(std::move(worker)) {}
-  ~BundleDaemon() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  void start() {
-    const std::string port_file = dir_.file("port");
-    std::vector<std::string> args = {SOARTUNED_PATH, "--port", "0", "--port-file", port_file,
-                                     "--database", dir_.file("soartune.db"), "--work-dir", dir_.file("work"),
-                                     "--workloads-dir", std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads",
-                                     "--worker", worker_};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    const std::string log = dir_.file("soartuned.log");
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    for (int i = 0; i < 400 && port_ == 0; ++i) {
-      std::ifstream in(port_file);
-      if (in >> port_) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ASSERT_GT(port_, 0) << "soartuned did not report its port; log:\n" << read_text(log);
-    stub_ = pb::Tuner::NewStub(grpc::CreateChannel(addr(), grpc::InsecureChannelCredentials()));
-  }
-  int stop() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-  std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
-  std::string log() const { return read_text(dir_.file("soartuned.log")); }
-
-  std::string submit(const std::string& spec) {
-    grpc::ClientContext ctx;
-    pb::SubmitJobRequest req;
-    req.set_spec_yaml(spec);
-    pb::Job job;
-    const grpc::Status s = stub_->SubmitJob(&ctx, req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job.id();
-  }
-  pb::Job get(const std::string& id) {
-    grpc::ClientContext ctx;
-    pb::GetJobRequest req;
-    req.set_job_id(id);
-    pb::Job job;
-    stub_->GetJob(&ctx, req, &job);
-    return job;
-  }
-  pb::Job wait_finished(const std::string& id, int seconds) {
-    pb::Job j;
-    for (int i = 0; i < seconds * 10; ++i) {
-      j = get(id);
-      if (j.state() == pb::JOB_SUCCEEDED || j.state() == pb::JOB_FAILED || j.state() == pb::JOB_CANCELLED) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return j;
-  }
-  std::vector<pb::Trial> trials(const std::string& id) {
-    grpc::ClientContext ctx;
-    pb::ListTrialsRequest req;
-    req.set_job_id(id);
-    req.set_page_size(1000);
-    pb::ListTrialsResponse resp;
-    EXPECT_TRUE(stub_->ListTrials(&ctx, req, &resp).ok());
-    return {resp.trials().begin(), resp.trials().end()};
-  }
-  pb::Trial best(const std::string& id) {
-    grpc::ClientContext ctx;
-    pb::GetBestRequest req;
-    req.set_job_id(id);
-    pb::Trial t;
-    EXPECT_TRUE(stub_->GetBest(&ctx, req, &t).ok());
-    return t;
-  }
-  ProcessResult cli(std::vector<std::string> args) {
-    ProcessSpec ps;
-    ps.argv = {SOARTUNE_CLI_PATH, "--addr", addr()};
-    ps.argv.insert(ps.argv.end(), args.begin(), args.end());
-    ps.timeout_s = 60;
-    return run_process(ps);
-  }
-
- private:
-  const TempDir& dir_;
-  std::string worker_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::unique_ptr<pb::Tuner::Stub> stub_;
-};
+using testing::TunerClient;
 
 std::string cpu_job(const std::string& fixed) {
   return "name: bundle\nmodel: synthetic:tiny\nbackend: cpu\nseed: 3\nbudget: {trials: 2}\ntrial_timeout_s: 120\n"
@@ -160,13 +44,15 @@ std::vector<std::string> words(const std::string& s) {
 
 TEST(BundleExport, SixteenBitJobExportsABundleWithBaseAndTunedFlagsOnce) {
   TempDir dir;
-  BundleDaemon d(dir, SOARTUNE_WORKER_PATH);
-  d.start();
-  const std::string id = d.submit(cpu_job(""));
+  Daemon d(dir, {});
+  d.cli_timeout_s = 60;
+  ASSERT_TRUE(d.start()) << d.log();
+  TunerClient api(d.addr());
+  const std::string id = api.submit(cpu_job(""));
   ASSERT_FALSE(id.empty());
-  const pb::Job j = d.wait_finished(id, 240);
+  const pb::Job j = api.wait_finished(id, 240);
   ASSERT_EQ(j.state(), pb::JOB_SUCCEEDED) << j.error() << "\n" << d.log();
-  const pb::Trial best = d.best(id);
+  const pb::Trial best = api.best(id);
 
   const std::string out_dir = dir.file("bundle");
   const ProcessResult r = d.cli({"export", id, "--format", "sglang-bundle", "-o", out_dir});
@@ -213,11 +99,14 @@ TEST(BundleExport, QuantisedConfigFailsWithTheWorkersReasonWhenNoCheckpointCanBe
       "for a in \"$@\"; do if [ \"$a\" = --write-checkpoint ]; then\n"
       "  echo '{\"ok\": false, \"error\": \"model synthetic:tiny: no checkpoint to quantise\"}'; exit 2; fi; done\n"
       "exec " SOARTUNE_WORKER_PATH " \"$@\"\n");
-  BundleDaemon d(dir, worker);
-  d.start();
-  const std::string id = d.submit(cpu_job("fixed: {weight_bits: 8}\n"));
+  Daemon d(dir, {});
+  d.worker = worker;
+  d.cli_timeout_s = 60;
+  ASSERT_TRUE(d.start()) << d.log();
+  TunerClient api(d.addr());
+  const std::string id = api.submit(cpu_job("fixed: {weight_bits: 8}\n"));
   ASSERT_FALSE(id.empty());
-  const pb::Job j = d.wait_finished(id, 240);
+  const pb::Job j = api.wait_finished(id, 240);
   ASSERT_EQ(j.state(), pb::JOB_SUCCEEDED) << j.error() << "\n" << d.log();
   const std::string out_dir = dir.file("bundle");
   const ProcessResult r = d.cli({"export", id, "--format", "sglang-bundle", "-o", out_dir});

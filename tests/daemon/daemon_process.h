@@ -88,6 +88,15 @@ class Daemon {
     }
     return false;
   }
+  // SIGTERM, as an operator stops it; the wait status (0: a clean exit).
+  int stop() {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, SIGTERM);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return st;
+  }
   // kill -9, as a crash or the OOM killer would; start() again brings it back on the same database.
   void kill_hard() {
     if (pid_ <= 0) return;
@@ -100,9 +109,10 @@ class Daemon {
   pid_t pid() const { return pid_; }
   int status = 0;
   std::string worker = SOARTUNE_WORKER_PATH;   // the program soartuned runs for each trial
+  int cli_timeout_s = 10;                      // the CLI's --timeout (each RPC's deadline)
 
   ProcessResult cli(std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
-    std::vector<std::string> argv = {SOARTUNE_CLI_PATH, "--addr", addr(), "--timeout", "10"};
+    std::vector<std::string> argv = {SOARTUNE_CLI_PATH, "--addr", addr(), "--timeout", std::to_string(cli_timeout_s)};
     argv.insert(argv.end(), args.begin(), args.end());
     return run(argv, std::move(env));
   }

@@ -154,6 +154,18 @@ TEST(HostileClient, EveryRpcErrorHasAMessage) {
   expect_message("ListJobs", [&](auto* c) {
     pb::ListJobsRequest r; r.set_page_size(-1); pb::ListJobsResponse o; return stub->ListJobs(c, r, &o); });
   EXPECT_GT(errors, 50) << "the malformed requests were accepted";
+  // A path component longer than the file system allows used to answer UNKNOWN: "unexpected error".
+  for (const std::string& model : {"hf:/tmp/" + std::string(300, 'm'), "hf:" + std::string(5000, 'm')}) {
+    grpc::ClientContext c;
+    pb::SubmitJobRequest r;
+    std::string spec = kJob;
+    spec.replace(spec.find("synthetic:tiny"), 14, model);
+    r.set_spec_yaml(spec);
+    pb::Job o;
+    grpc::Status s = stub->SubmitJob(&c, r, &o);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message().substr(0, 200);
+    EXPECT_EQ(s.error_message().rfind("model:", 0), 0u) << s.error_message().substr(0, 200);
+  }
   // A request gRPC cannot even parse (a string that is not UTF-8) is the client's fault, and says so.
   {
     grpc::ClientContext c;
