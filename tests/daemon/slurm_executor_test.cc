@@ -22,26 +22,22 @@
 #include <gtest/gtest.h>
 
 #include "daemon/worker_process.h"
+#include "daemon_process.h"
 #include "soartune/v1/tuner.grpc.pb.h"
 #include "test_util.h"
-
-extern "C" char** environ;
+#include "tuner_client.h"
 
 namespace soartune::daemon {
 namespace {
 
 namespace fs = std::filesystem;
 namespace pb = ::soartune::v1;
+using testing::Daemon;
+using testing::read_text;
 using testing::TempDir;
+using testing::TunerClient;
 using testing::write_file;
 using testing::write_script;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string find_program(const std::string& name) {
   for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin"}) {
@@ -187,68 +183,6 @@ class SlurmCluster {
   pid_t munged_ = -1, slurmctld_ = -1, slurmd_ = -1;
 };
 
-class Soartuned {
- public:
-  Soartuned(const TempDir& dir, std::string config) : dir_(dir), config_(std::move(config)) {}
-  ~Soartuned() { stop(pid_, SIGKILL); }
-  void start() {
-    const std::string port_file = dir_.file("port");
-    std::remove(port_file.c_str());
-    pid_ = spawn({SOARTUNED_PATH, "--config", config_, "--log-level", "debug"}, dir_.file("soartuned.log"));
-    int port = 0;
-    for (int i = 0; i < 400 && port == 0; ++i) {
-      std::ifstream in(port_file);
-      if (in >> port) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ASSERT_GT(port, 0) << "soartuned did not report its port:\n" << log();
-    stub_ = pb::Tuner::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  }
-  void kill9() { stop(pid_, SIGKILL); }
-  // SIGTERM; the exit status.
-  int term() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-  std::string log() const { return read_text(dir_.file("soartuned.log")); }
-  std::string submit(const std::string& spec) {
-    grpc::ClientContext ctx;
-    pb::SubmitJobRequest req;
-    req.set_spec_yaml(spec);
-    pb::Job job;
-    grpc::Status s = stub_->SubmitJob(&ctx, req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job.id();
-  }
-  pb::Job job(const std::string& id) {
-    grpc::ClientContext ctx;
-    pb::GetJobRequest req;
-    req.set_job_id(id);
-    pb::Job job;
-    stub_->GetJob(&ctx, req, &job);
-    return job;
-  }
-  std::vector<pb::Trial> trials(const std::string& id) {
-    grpc::ClientContext ctx;
-    pb::ListTrialsRequest req;
-    req.set_job_id(id);
-    req.set_page_size(1000);
-    pb::ListTrialsResponse resp;
-    stub_->ListTrials(&ctx, req, &resp);
-    return {resp.trials().begin(), resp.trials().end()};
-  }
-
- private:
-  const TempDir& dir_;
-  std::string config_;
-  pid_t pid_ = -1;
-  std::unique_ptr<pb::Tuner::Stub> stub_;
-};
-
 template <typename F>
 bool wait_for(F&& done, int seconds) {
   for (int i = 0; i < seconds * 10; ++i) {
@@ -285,9 +219,18 @@ TEST(SlurmExecutor, TrialsRunAsSlurmJobsScancelFailsOneARestartedDaemonReattache
       "space:\n  weight_bits: {type: choice, values: [16, 8, 4]}\n"
       "  max_running_requests: {type: pow2, low: 1, high: 8}\n";
 
-  Soartuned d(dir, config);
-  d.start();
-  const std::string job = d.submit(spec);
+  // The config names the same port file, database, work dir and worker that daemon_process.h passes.
+  Daemon d(dir, {"--config", config, "--log-level", "debug"});
+  d.worker = worker;
+  ASSERT_TRUE(d.start()) << d.log();
+  std::unique_ptr<TunerClient> api = std::make_unique<TunerClient>(d.addr());
+  // Each start picks a new port: the client follows it.
+  auto restart = [&] {
+    if (!d.start()) return false;
+    api = std::make_unique<TunerClient>(d.addr());
+    return true;
+  };
+  const std::string job = api->submit(spec);
   ASSERT_FALSE(job.empty());
   const std::string prefix = "soartune-" + job + "-";
   // The Slurm job of trial n, once Slurm runs it.
@@ -308,7 +251,7 @@ TEST(SlurmExecutor, TrialsRunAsSlurmJobsScancelFailsOneARestartedDaemonReattache
   ASSERT_TRUE(wait_for([&] { return running_trial(cancelled_slurm, cancelled_trial, 1); }, 60)) << d.log();
   ASSERT_TRUE(cluster.scancel(cancelled_slurm));
   auto trial_status = [&](int64_t n) {
-    for (const pb::Trial& t : d.trials(job))
+    for (const pb::Trial& t : api->trials(job))
       if (t.number() == n) return t;
     return pb::Trial{};
   };
@@ -321,22 +264,22 @@ TEST(SlurmExecutor, TrialsRunAsSlurmJobsScancelFailsOneARestartedDaemonReattache
   // Kill the daemon while a later trial runs in Slurm; the restarted daemon waits for that same Slurm job.
   int64_t held_slurm = 0, held_trial = -1;
   ASSERT_TRUE(wait_for([&] { return running_trial(held_slurm, held_trial, cancelled_trial + 1); }, 60)) << d.log();
-  d.kill9();
-  d.start();
+  d.kill_hard();
+  ASSERT_TRUE(restart()) << d.log();
   // Stop it cleanly while another trial runs: it leaves that trial running in Slurm, and the next start
   // re-attaches to it as well.
   int64_t left_slurm = 0, left_trial = -1;
   ASSERT_TRUE(wait_for([&] { return running_trial(left_slurm, left_trial, held_trial + 1); }, 60)) << d.log();
-  const int status = d.term();
+  const int status = d.stop();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "soartuned did not exit 0 on SIGTERM";
-  d.start();
+  ASSERT_TRUE(restart()) << d.log();
   pb::Job end;
-  ASSERT_TRUE(wait_for([&] { return finished(end = d.job(job)); }, 180)) << d.log();
+  ASSERT_TRUE(wait_for([&] { return finished(end = api->get(job)); }, 180)) << d.log();
   EXPECT_EQ(end.state(), pb::JOB_SUCCEEDED) << end.error() << "\n" << d.log();
   EXPECT_NE(d.log().find("re-attached to Slurm job " + std::to_string(held_slurm)), std::string::npos) << d.log();
   EXPECT_NE(d.log().find("re-attached to Slurm job " + std::to_string(left_slurm)), std::string::npos) << d.log();
 
-  const std::vector<pb::Trial> ts = d.trials(job);
+  const std::vector<pb::Trial> ts = api->trials(job);
   std::map<std::string, int> starts;   // trial file -> how many times a worker started on it
   {
     std::istringstream in(read_text(runs));
