@@ -44,17 +44,34 @@ std::string sh_quote(const std::string& s) {
   return q + "'";
 }
 
-std::string read_all(const std::string& path, size_t cap, bool keep_tail, bool* truncated = nullptr) {
-  std::ifstream in(path, std::ios::binary);
+// The last `cap` bytes of a file.
+std::string read_tail(const std::string& path, size_t cap) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  if (s.size() > cap) {
-    if (truncated) *truncated = true;
-    s = keep_tail ? s.substr(s.size() - cap) : s.substr(0, cap);
-  }
+  const auto size = static_cast<uint64_t>(std::max<std::streamoff>(in.tellg(), 0));
+  const uint64_t n = std::min<uint64_t>(size, cap);
+  std::string s(n, '\0');
+  in.seekg(static_cast<std::streamoff>(size - n));
+  in.read(s.data(), static_cast<std::streamsize>(n));
+  s.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
   return s;
+}
+
+// The worker's stdout file as run_process would have kept it from a pipe (ProcessSpec's caps): whole up to
+// max_stdout_bytes; past that its head and its last stdout_tail_bytes, where the result line is.
+void read_stdout(const std::string& path, ProcessResult& p) {
+  const ProcessSpec caps;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return;
+  const auto size = static_cast<uint64_t>(std::max<std::streamoff>(in.tellg(), 0));
+  p.stdout_bytes = size;
+  p.out.resize(static_cast<size_t>(std::min<uint64_t>(size, caps.max_stdout_bytes)));
+  in.seekg(0);
+  in.read(p.out.data(), static_cast<std::streamsize>(p.out.size()));
+  p.out.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  if (size <= caps.max_stdout_bytes) return;
+  p.stdout_truncated = true;
+  p.out_tail = read_tail(path, static_cast<size_t>(std::min<uint64_t>(size - caps.max_stdout_bytes, caps.stdout_tail_bytes)));
 }
 
 // sbatch, squeue and scancel see what a worker would (plus where Slurm's config is): the job inherits it.
@@ -218,9 +235,9 @@ ExecutorOutcome SlurmExecutor::wait(const TrialLaunch& t, int64_t id, TrialContr
   ProcessResult& p = o.process;
   p.started = true;
   p.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  p.out = read_all(f.out, 16u << 20, false, &p.stdout_truncated);
-  p.err_tail = read_all(f.err, 64u << 10, true);
-  const std::string slurm_says = last_lines(read_all(f.slurm_log, 64u << 10, true), 1, 200);
+  read_stdout(f.out, p);
+  p.err_tail = read_tail(f.err, ProcessSpec{}.stderr_tail_bytes);
+  const std::string slurm_says = last_lines(read_tail(f.slurm_log, 64u << 10), 1, 200);
   if (state.empty()) {
     o.ended_by = FailureKind::kNodeFailure;
     o.reason = "Slurm job " + sid + " is gone from the queue and left no exit status (lost with its node?)";

@@ -412,15 +412,14 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
     spec.layer_overrides = YAML::Clone(lo);
   }
   // What can be known before any trial runs: the layers the overrides name exist, the workload fits.
-  Result<ModelFacts> facts = Status::Invalid("model: unchecked");
-  if (spec.model.rfind("hf:", 0) == 0) {
+  auto model_facts = [&]() -> Result<ModelFacts> {
+    if (spec.model.rfind("hf:", 0) != 0) return synthetic_model_facts(spec.model.substr(std::string("synthetic:").size()));
     const std::string dir = spec.model.substr(3);
     if (Result<std::string> c = confine_to_data_roots(dir + "/config.json", ctx.data_roots, "model"); !c.ok())
       return c.status();
-    facts = read_model_facts(dir);
-  } else {
-    facts = synthetic_model_facts(spec.model.substr(std::string("synthetic:").size()));
-  }
+    return read_model_facts(dir);
+  };
+  Result<ModelFacts> facts = model_facts();
   if (!facts.ok()) return facts.status();
   if (spec.layer_overrides.IsDefined() && spec.layer_overrides.IsMap()) {
     Result<LaunchConfig> lc = LaunchConfig::parse(YAML::Node(), spec.layer_overrides);
