@@ -83,7 +83,7 @@ TEST(Chaos, RandomKillsOfTheDaemonLoseNoCompleteTrial) {
   TempDir dir;
   const std::string db = dir.file("soartune.db");
   // Each worker start is logged by its trial file, so a number given to two workers shows.
-  Daemon d(dir, {});
+  Daemon d(dir, {"--http-listen", "off"});   // ten restarts: no dashboard port to contend for with other tests
   d.worker = write_script(dir.file("worker.sh"),
                           "echo \"$2\" >> " + dir.file("starts.log") + "\nexec " SOARTUNE_WORKER_PATH " \"$@\"");
   ASSERT_TRUE(d.start()) << d.log();
