@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace soartune::daemon {
@@ -26,26 +27,32 @@ void send(httplib::Response& res, const HttpAnswer& a) {
   res.set_content(a.body, "application/json");
 }
 
-}  // namespace
-
-bool is_loopback_host(const std::string& host) {
-  std::string h = host;
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (h == "localhost" || h == "::1") return true;
-  // 127.0.0.0/8, written as four decimal octets.
-  int a, b, c, d;
-  char tail;
-  if (std::sscanf(h.c_str(), "%d.%d.%d.%d%c", &a, &b, &c, &d, &tail) == 4)
-    return a == 127 && b >= 0 && b < 256 && c >= 0 && c < 256 && d >= 0 && d < 256;
-  return false;
+// A field of a posted form (application/x-www-form-urlencoded), "" when absent.
+std::string form_field(const httplib::Request& req, const std::string& name) {
+  if (req.has_param(name.c_str())) return req.get_param_value(name.c_str());
+  httplib::Params fields;
+  httplib::detail::parse_query_text(req.body, fields);
+  auto it = fields.find(name);
+  return it == fields.end() ? "" : it->second;
 }
 
+// Where to send a browser after it signed in: back to the page that sent it there, but only a path of this
+// site (no "//host", no scheme), so the sign-in page cannot be used to redirect elsewhere.
+std::string local_path_or_root(const std::string& next) {
+  const bool local = !next.empty() && next[0] == '/' && (next.size() == 1 || (next[1] != '/' && next[1] != '\\'));
+  return local ? next : std::string("/");
+}
+
+}  // namespace
+
 DashboardServer::DashboardServer(TunerService& service, std::string web_dir)
-    : api_(service), web_dir_(std::move(web_dir)), server_(std::make_unique<httplib::Server>()) {}
+    : api_(service), web_dir_(std::move(web_dir)) {}
 
 DashboardServer::~DashboardServer() { stop(); }
 
-Result<int> DashboardServer::start(const std::string& listen) {
+Result<int> DashboardServer::start(const ListenPolicy& policy) {
+  if (server_) return Status::Precondition("http_listen: the dashboard is already started");
+  const std::string& listen = policy.listen;
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0)
     return Status::Invalid("http_listen: '" + listen + "' is not HOST:PORT (e.g. 127.0.0.1:8700; port 0 picks one)");
@@ -59,27 +66,36 @@ Result<int> DashboardServer::start(const std::string& listen) {
   }
   if (port < 0 || port > 65535)
     return Status::Invalid("http_listen: port '" + port_text + "' is not 0..65535 (0 picks a free port)");
-  if (!is_loopback_host(host))
-    return Status::Invalid("http_listen: host '" + host +
-                           "' is not loopback; the dashboard has no TLS or token yet, so it listens on 127.0.0.1, "
-                           "::1 or localhost only (reach it from elsewhere through an SSH tunnel)");
   std::string index = web_dir_ + "/index.html";
   if (!std::filesystem::exists(index))
     return Status::NotFound("web_dir: " + index + " does not exist (the dashboard is built into <build>/bin/web)");
   if (host.front() == '[') host = host.substr(1, host.size() - 2);   // [::1] -> ::1
 
+  if (policy.tls()) {
+    // httplib reads the files itself; resolve_listen_policy has read them already, so a failure here is a
+    // certificate or key OpenSSL does not take.
+    auto ssl = std::make_unique<httplib::SSLServer>(
+        policy.tls_cert.c_str(), policy.tls_key.c_str(),
+        policy.tls_client_ca.empty() ? nullptr : policy.tls_client_ca.c_str());
+    if (!ssl->is_valid())
+      return Status::Invalid("tls_cert: " + policy.tls_cert + " and tls_key: " + policy.tls_key +
+                             " are not a certificate and its private key OpenSSL accepts (PEM)");
+    server_ = std::move(ssl);
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
+  access_ = std::make_unique<HttpAccess>(policy.token);
+
   httplib::Server& s = *server_;
+  if (access_->required()) add_sign_in(s);
   s.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
   if (!s.set_mount_point("/static", web_dir_))
     return Status::NotFound("web_dir: " + web_dir_ + " is not a directory");
 
   // The pages are one document that routes on its path in the browser.
   auto page = [this](const httplib::Request&, httplib::Response& res) {
-    std::ifstream in(web_dir_ + "/index.html");
-    std::stringstream ss;
-    ss << in.rdbuf();
     res.set_header("Cache-Control", "no-store");
-    res.set_content(ss.str(), "text/html; charset=utf-8");
+    res.set_content(read_page("index.html"), "text/html; charset=utf-8");
   };
   s.Get("/", page);
   s.Get(R"(/jobs/[^/]+)", page);
@@ -131,6 +147,55 @@ Result<int> DashboardServer::start(const std::string& listen) {
   for (int i = 0; i < 5000 && !s.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!s.is_running()) return Status::Internal("http_listen: bound " + listen + " but the server did not start");
   return bound;
+}
+
+std::string DashboardServer::read_page(const std::string& name) const {
+  std::ifstream in(web_dir_ + "/" + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void DashboardServer::add_sign_in(httplib::Server& s) {
+  // Everything but the sign-in page and the static files (our own scripts and styles, nothing of a job) needs
+  // the token or a session: the API answers 401, a page sends the browser to sign in and come back.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/signin" || req.path.rfind("/static/", 0) == 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (access_->allows(req.get_header_value("Authorization"), req.get_header_value("Cookie")))
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Cache-Control", "no-store");
+    if (req.path.rfind("/api/", 0) == 0) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      send(res, error_answer(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                          req.has_header("Authorization") || req.has_header("Cookie")
+                                              ? "wrong bearer token or expired session"
+                                              : "no bearer token: send Authorization: Bearer <token>, or sign in at /signin")));
+    } else {
+      std::string target = req.path;
+      if (!req.params.empty()) target = req.target;
+      res.status = 303;
+      res.set_header("Location", "/signin?next=" + httplib::detail::encode_query_param(target));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.Get("/signin", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(read_page("signin.html"), "text/html; charset=utf-8");
+  });
+  s.Post("/signin", [this](const httplib::Request& req, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    std::optional<std::string> cookie = access_->sign_in(form_field(req, "token"));
+    if (!cookie) {
+      std::string page = read_page("signin.html");
+      if (size_t at = page.find("data-failed=\"0\""); at != std::string::npos) page[at + 13] = '1';
+      res.status = 401;
+      res.set_content(page, "text/html; charset=utf-8");
+      return;
+    }
+    res.set_header("Set-Cookie", *cookie);
+    res.status = 303;
+    res.set_header("Location", local_path_or_root(form_field(req, "next")));
+  });
 }
 
 void DashboardServer::stop() {

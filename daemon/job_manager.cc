@@ -286,6 +286,7 @@ Status JobManager::start_runner(const JobRecord& job, std::shared_ptr<const JobS
     std::lock_guard<std::mutex> l(mu_);
     runs_[job.id] = run;
   }
+  snapshots_.erase(job.id);   // the runner's trials are served from now on
   // Trials an earlier daemon left running in Slurm: wait for them again, each in a slot of its own.
   std::vector<TrialRecord> left_running;
   for (const auto& [n, t] : run->trials.all())
@@ -317,11 +318,16 @@ std::shared_ptr<JobManager::JobRun> JobManager::run_of(const std::string& job_id
   return it == runs_.end() ? nullptr : it->second;
 }
 
-Result<ScoredTrials> JobManager::load_scored(const std::string& job_id) {
+Result<std::shared_ptr<const ScoredTrials>> JobManager::load_scored(const std::string& job_id) {
+  // The revision is taken before the read: a write that ends during the read changes it, so what this read
+  // missed is never kept under the revision that follows the write.
+  const uint64_t revision = with_store([&](Store& s) { return s.trials_revision(job_id); });
+  if (std::shared_ptr<const ScoredTrials> kept = snapshots_.find(job_id, revision)) return kept;
   Result<std::shared_ptr<const JobSpec>> spec = spec_of(job_id);
-  ScoredTrials scored(spec.ok() ? spec.value()->scoring : search::ScoringSpec{});
-  scored.reset(with_store([&](Store& s) { return all_trials(s, job_id); }));
-  return scored;
+  auto scored = std::make_shared<ScoredTrials>(spec.ok() ? spec.value()->scoring : search::ScoringSpec{});
+  scored->reset(with_store([&](Store& s) { return all_trials(s, job_id); }));
+  snapshots_.put(job_id, revision, scored);
+  return std::shared_ptr<const ScoredTrials>(std::move(scored));
 }
 
 namespace {
@@ -360,10 +366,10 @@ Result<JobView> JobManager::view_of(const JobRecord& job) {
     std::lock_guard<std::mutex> l(run->m);
     return view_locked(*run);
   }
-  Result<ScoredTrials> ts = load_scored(job.id);
+  Result<std::shared_ptr<const ScoredTrials>> ts = load_scored(job.id);
   if (!ts.ok()) return ts.status();
   Result<std::shared_ptr<const JobSpec>> spec = spec_of(job.id);
-  JobView v = make_view(job, ts.value(), spec.ok() ? spec.value()->scoring : search::ScoringSpec{},
+  JobView v = make_view(job, *ts.value(), spec.ok() ? spec.value()->scoring : search::ScoringSpec{},
                         spec.ok() ? job_parallelism(*spec.value()) : 1);
   if (spec.ok()) v.warnings = spec.value()->warnings;
   return v;
@@ -434,9 +440,23 @@ Result<std::vector<TrialRecord>> JobManager::trials(const std::string& job_id) {
   }
   Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
   if (!job.ok()) return job.status();
-  Result<ScoredTrials> ts = load_scored(job_id);
+  Result<std::shared_ptr<const ScoredTrials>> ts = load_scored(job_id);
   if (!ts.ok()) return ts.status();
-  return ts.value().list();
+  return ts.value()->list();
+}
+
+Status JobManager::read_trials(const std::string& job_id, const std::function<void(const ScoredTrials&)>& read) {
+  if (std::shared_ptr<JobRun> run = run_of(job_id)) {
+    std::lock_guard<std::mutex> l(run->m);
+    read(run->trials);
+    return Status::Ok();
+  }
+  Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
+  if (!job.ok()) return job.status();
+  Result<std::shared_ptr<const ScoredTrials>> ts = load_scored(job_id);
+  if (!ts.ok()) return ts.status();
+  read(*ts.value());
+  return Status::Ok();
 }
 
 Result<TrialRecord> JobManager::trial(const std::string& job_id, int64_t number) {
@@ -445,10 +465,12 @@ Result<TrialRecord> JobManager::trial(const std::string& job_id, int64_t number)
     if (const TrialRecord* t = run->trials.find(number)) return *t;
     return Status::NotFound("number: job " + job_id + " has no trial " + std::to_string(number));
   }
-  Result<std::vector<TrialRecord>> ts = trials(job_id);
-  if (!ts.ok()) return ts.status();
-  for (const TrialRecord& t : ts.value())
-    if (t.number == number) return t;
+  std::optional<TrialRecord> found;
+  Status s = read_trials(job_id, [&](const ScoredTrials& ts) {
+    if (const TrialRecord* t = ts.find(number)) found = *t;
+  });
+  if (!s.ok()) return s;
+  if (found) return *found;
   return Status::NotFound("number: job " + job_id + " has no trial " + std::to_string(number));
 }
 
@@ -460,9 +482,9 @@ Result<TrialRecord> JobManager::best(const std::string& job_id) {
   } else {
     Result<JobRecord> job = with_store([&](Store& s) { return s.get_job(job_id); });
     if (!job.ok()) return job.status();
-    Result<ScoredTrials> ts = load_scored(job_id);
+    Result<std::shared_ptr<const ScoredTrials>> ts = load_scored(job_id);
     if (!ts.ok()) return ts.status();
-    if (const TrialRecord* b = ts.value().best()) best = *b;
+    if (const TrialRecord* b = ts.value()->best()) best = *b;
   }
   if (!best) return Status::NotFound("job_id: job " + job_id + " has no COMPLETE trial yet");
   return *best;
@@ -539,9 +561,9 @@ Result<JobManager::SearchState> JobManager::search_state(const std::string& job_
     std::lock_guard<std::mutex> l(run->m);
     return search_state_of(*spec.value(), run->trials, std::move(prior));
   }
-  Result<ScoredTrials> ts = load_scored(job_id);
+  Result<std::shared_ptr<const ScoredTrials>> ts = load_scored(job_id);
   if (!ts.ok()) return ts.status();
-  return search_state_of(*spec.value(), ts.value(), std::move(prior));
+  return search_state_of(*spec.value(), *ts.value(), std::move(prior));
 }
 
 Result<std::shared_ptr<Watcher>> JobManager::watch(const std::string& job_id) {

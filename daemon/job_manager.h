@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,7 @@
 #include "daemon/daemon_config.h"
 #include "daemon/executor.h"
 #include "daemon/job_spec.h"
+#include "daemon/scored_snapshots.h"
 #include "daemon/scored_trials.h"
 #include "daemon/store.h"
 #include "core/status.h"
@@ -100,6 +102,10 @@ class JobManager {
 
   // Every trial of the job (numbers ascending), re-scored against the job's current best.
   soartune::Result<std::vector<TrialRecord>> trials(const std::string& job_id);
+  // Calls `read` with the job's trials as scored now, without copying them: under the runner's lock for a job
+  // this daemon runs (keep `read` short: the runner waits), on a kept snapshot otherwise. kNotFound for an
+  // unknown job.
+  soartune::Status read_trials(const std::string& job_id, const std::function<void(const ScoredTrials&)>& read);
   soartune::Result<TrialRecord> trial(const std::string& job_id, int64_t number);
   // The best COMPLETE trial; kNotFound when there is none yet.
   soartune::Result<TrialRecord> best(const std::string& job_id);
@@ -129,8 +135,9 @@ class JobManager {
   struct JobRun;
 
   std::shared_ptr<JobRun> run_of(const std::string& job_id);
-  // The job's trials scored from the store (for a job no runner of this daemon holds).
-  soartune::Result<ScoredTrials> load_scored(const std::string& job_id);
+  // The job's trials scored from the store (for a job no runner of this daemon holds), read and scored once
+  // per store revision of the job (snapshots_).
+  soartune::Result<std::shared_ptr<const ScoredTrials>> load_scored(const std::string& job_id);
   JobView view_locked(const JobRun& run);   // run.m held
   SearchState state_locked(const JobRun& run);   // run.m held
   void wake(JobRun& run);
@@ -150,6 +157,7 @@ class JobManager {
   DaemonConfig cfg_;
   std::mutex store_mu_;
   std::unique_ptr<Store> store_;
+  ScoredSnapshots snapshots_;
 
   std::mutex mu_;   // runs_, specs_, watchers_, device_busy_
   std::map<std::string, std::shared_ptr<JobRun>> runs_;

@@ -69,8 +69,11 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata, g
   return grpc::Status::OK;
 }
 
-Result<ServerSecurity> make_server_security(const std::string& listen, const ListenSecurity& s) {
-  ServerSecurity out;
+Result<ListenPolicy> resolve_listen_policy(const std::string& field, const std::string& listen,
+                                           const ListenSecurity& s) {
+  ListenPolicy out;
+  out.field = field;
+  out.listen = listen;
   std::string token;
   if (!s.token_file.empty()) {
     Result<std::string> t = read_secret(s.token_file, "token_file");
@@ -93,35 +96,55 @@ Result<ServerSecurity> make_server_security(const std::string& listen, const Lis
     std::string what;
     for (size_t i = 0; i < missing.size(); ++i) what += (i ? "; " : "") + missing[i];
     if (!s.insecure_listen_anywhere)
-      return Status::Invalid("listen: " + listen + " is not a loopback address, so it needs " + what +
+      return Status::Invalid(field + ": " + listen + " is not a loopback address, so it needs " + what +
                              "; or --insecure-listen-anywhere to serve it unprotected");
-    out.warnings.push_back("listening on " + listen + " (not loopback) without " + what +
-                           " (--insecure-listen-anywhere): anyone who reaches it can submit jobs and read results");
+    const bool grpc = field == "listen";
+    out.warnings.push_back(std::string(grpc ? "listening on " : "dashboard (http_listen) on ") + listen +
+                           " (not loopback) without " + what + " (--insecure-listen-anywhere): anyone who reaches it can " +
+                           (grpc ? "submit jobs and read results" : "read every job and trial"));
   }
+  if (!has_cert) return out;
+  Result<std::string> cert = read_secret(s.tls_cert, "tls_cert");
+  if (!cert.ok()) return cert.status();
+  Result<std::string> key = read_secret(s.tls_key, "tls_key");
+  if (!key.ok()) return key.status();
+  out.tls_cert = s.tls_cert;
+  out.tls_key = s.tls_key;
+  out.cert_pem = cert.value();
+  out.key_pem = key.value();
+  if (!s.tls_client_ca.empty()) {
+    Result<std::string> ca = read_secret(s.tls_client_ca, "tls_client_ca");
+    if (!ca.ok()) return ca.status();
+    out.tls_client_ca = s.tls_client_ca;
+    out.client_ca_pem = ca.value();
+  }
+  out.token = token;
+  return out;
+}
 
-  if (!has_cert) {
+Result<ServerSecurity> make_server_security(const std::string& listen, const ListenSecurity& s) {
+  Result<ListenPolicy> policy = resolve_listen_policy("listen", listen, s);
+  if (!policy.ok()) return policy.status();
+  const ListenPolicy& p = policy.value();
+  ServerSecurity out;
+  out.warnings = p.warnings;
+  if (!p.tls()) {
     out.credentials = grpc::InsecureServerCredentials();
     return out;
   }
   grpc::SslServerCredentialsOptions opts(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  Result<std::string> cert = read_secret(s.tls_cert, "tls_cert");
-  if (!cert.ok()) return cert.status();
-  Result<std::string> key = read_secret(s.tls_key, "tls_key");
-  if (!key.ok()) return key.status();
-  pair.cert_chain = cert.value();
-  pair.private_key = key.value();
+  pair.cert_chain = p.cert_pem;
+  pair.private_key = p.key_pem;
   opts.pem_key_cert_pairs.push_back(std::move(pair));
-  if (!s.tls_client_ca.empty()) {
-    Result<std::string> ca = read_secret(s.tls_client_ca, "tls_client_ca");
-    if (!ca.ok()) return ca.status();
-    opts.pem_root_certs = ca.value();
+  if (!p.client_ca_pem.empty()) {
+    opts.pem_root_certs = p.client_ca_pem;
     opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   out.credentials = grpc::SslServerCredentials(opts);
   out.tls = true;
-  if (!token.empty()) {
-    out.credentials->SetAuthMetadataProcessor(std::make_shared<BearerTokenProcessor>(token));
+  if (!p.token.empty()) {
+    out.credentials->SetAuthMetadataProcessor(std::make_shared<BearerTokenProcessor>(p.token));
     out.token = true;
   }
   return out;

@@ -27,6 +27,22 @@ inline constexpr const char* kTokenEnv = "SOARTUNE_TOKEN";
 // True for 127.0.0.0/8, ::1, localhost and unix sockets: addresses no other host can reach.
 bool is_loopback_listen(const std::string& listen);
 
+// What one listener (gRPC's `listen`, the dashboard's `http_listen`) must serve with, resolved from the
+// settings by the one rule both follow. Fails, naming `field` and what is missing, when the address is not
+// loopback and TLS or the token is absent (unless insecure_listen_anywhere), when a token is configured
+// without TLS (it would travel in clear), or when a certificate, key or token file cannot be read.
+struct ListenPolicy {
+  std::string field;                 // the setting errors name: listen, http_listen
+  std::string listen;                // the address it was resolved for
+  std::string tls_cert, tls_key, tls_client_ca;   // the files; tls_cert empty: no TLS
+  std::string cert_pem, key_pem, client_ca_pem;   // their contents
+  std::string token;                 // the bearer token every request must carry; empty: none
+  std::vector<std::string> warnings; // e.g. serving off loopback unprotected
+  bool tls() const { return !tls_cert.empty(); }
+};
+Result<ListenPolicy> resolve_listen_policy(const std::string& field, const std::string& listen,
+                                           const ListenSecurity& settings);
+
 // The credentials to listen with, plus the warnings the daemon shows about itself (in its log and in every
 // job's status). Fails, naming what is missing, when `listen` is not loopback and TLS or the token is absent
 // (unless insecure_listen_anywhere), when a token is configured without TLS (it would travel in clear), or when

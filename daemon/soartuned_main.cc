@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -50,7 +51,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", port, "listen port on the configured host (0: pick a free port)");
   app.add_option("--port-file", port_file, "write the bound port to this file once listening");
   app.add_option("--http-listen", http_listen,
-                 "dashboard address host:port, loopback only (default 127.0.0.1:8700; port 0 picks one; off: none)");
+                 "dashboard address host:port (default 127.0.0.1:8700; port 0 picks one; off: none); off loopback "
+                 "it needs TLS and the token, as --listen does");
   app.add_option("--http-port-file", http_port_file, "write the dashboard's bound port to this file once listening");
   app.add_option("--web-dir", web_dir, "the dashboard's static files (default: web/ beside soartuned)");
   app.add_option("--database", database, "SQLite database path");
@@ -119,7 +121,19 @@ int main(int argc, char** argv) {
     spdlog::error("{}", security.status().message);
     return 2;
   }
-  for (const std::string& w : security.value().warnings) spdlog::warn("{}", w);
+  // The dashboard follows the same rule, on its own address; its warnings join gRPC's in every job's status.
+  std::vector<std::string> daemon_warnings = security.value().warnings;
+  std::optional<ListenPolicy> http_policy;
+  if (cfg.http_listen != "off") {
+    Result<ListenPolicy> p = resolve_listen_policy("http_listen", cfg.http_listen, cfg.security);
+    if (!p.ok()) {
+      spdlog::error("{}", p.status().message);
+      return 2;
+    }
+    http_policy = p.value();
+    daemon_warnings.insert(daemon_warnings.end(), p.value().warnings.begin(), p.value().warnings.end());
+  }
+  for (const std::string& w : daemon_warnings) spdlog::warn("{}", w);
 
   // SIGTERM / SIGINT are taken by one thread with sigwait; every other thread (gRPC's included) blocks them.
   sigset_t sigs;
@@ -135,7 +149,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   JobManager jobs(cfg, std::move(store).value());
-  TunerService service(jobs, security.value().warnings);
+  TunerService service(jobs, daemon_warnings);
 
   grpc::EnableDefaultHealthCheckService(true);
 #ifdef SOARTUNE_HAVE_GRPC_REFLECTION
@@ -170,8 +184,8 @@ int main(int argc, char** argv) {
     std::filesystem::rename(tmp, cfg.port_file);
   }
   DashboardServer dashboard(service, cfg.web_dir);
-  if (cfg.http_listen != "off") {
-    soartune::Result<int> http_port = dashboard.start(cfg.http_listen);
+  if (http_policy) {
+    soartune::Result<int> http_port = dashboard.start(*http_policy);
     if (!http_port.ok() && cfg.http_listen_set) {
       spdlog::error("{}", http_port.status().message);
       server->Shutdown();
@@ -181,7 +195,9 @@ int main(int argc, char** argv) {
       spdlog::warn("no dashboard: {}", http_port.status().message);
     } else {
       std::string http_host = cfg.http_listen.substr(0, cfg.http_listen.rfind(':'));
-      spdlog::info("dashboard on http://{}:{}/ (static files {})", http_host, http_port.value(), cfg.web_dir);
+      spdlog::info("dashboard on {}://{}:{}/ ({}; static files {})", http_policy->tls() ? "https" : "http", http_host,
+                   http_port.value(), http_policy->token.empty() ? "no token" : "bearer token or signed-in session",
+                   cfg.web_dir);
       if (!cfg.http_port_file.empty()) {
         std::string tmp = cfg.http_port_file + ".tmp";
         std::ofstream(tmp) << http_port.value() << "\n";

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -306,6 +307,32 @@ struct Store::Impl {
   std::mutex mu;
   std::vector<std::unique_ptr<Connection>> idle;   // guarded by mu
 
+  // trials_revision(): a counter taken by every trial write once it has ended (committed or not), so that a
+  // reader who took the revision before reading sees a different one after any write it may have missed.
+  std::mutex rev_mu;
+  uint64_t rev_counter = 0;                                // guarded by rev_mu
+  uint64_t every_job_changed = 0;                          // guarded by rev_mu: a write across jobs
+  std::unordered_map<std::string, uint64_t> job_changed;   // guarded by rev_mu
+
+  // Bumps the job's revision (every job's when job_id is empty) when it goes out of scope: declared before
+  // the connection lease and the transaction, it runs after both ended.
+  class TrialsChanged {
+   public:
+    TrialsChanged(Impl& impl, std::string job_id) : impl_(impl), job_id_(std::move(job_id)) {}
+    ~TrialsChanged() {
+      std::lock_guard<std::mutex> lock(impl_.rev_mu);
+      const uint64_t r = ++impl_.rev_counter;
+      if (job_id_.empty()) impl_.every_job_changed = r;
+      else impl_.job_changed[job_id_] = r;
+    }
+    TrialsChanged(const TrialsChanged&) = delete;
+    TrialsChanged& operator=(const TrialsChanged&) = delete;
+
+   private:
+    Impl& impl_;
+    std::string job_id_;
+  };
+
   // A connection lent to one caller; goes back to the pool when the lease ends.
   class Lease {
    public:
@@ -356,6 +383,12 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
 }
 
 int Store::schema_version() const { return impl_->version; }
+
+uint64_t Store::trials_revision(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(impl_->rev_mu);
+  auto it = impl_->job_changed.find(job_id);
+  return std::max(impl_->every_job_changed, it == impl_->job_changed.end() ? 0 : it->second);
+}
 const std::string& Store::path() const { return impl_->path; }
 
 // ---- jobs ----
@@ -444,6 +477,7 @@ std::vector<JobRecord> Store::jobs_in_state(JobState s) const {
 // ---- trials ----
 
 Status Store::insert_trial(const TrialRecord& t) {
+  Impl::TrialsChanged changed(*impl_, t.job_id);
   auto lease = impl_->lease();
   if (!lease.ok()) return lease.status();
   Connection& c = *lease.value();
@@ -475,6 +509,7 @@ Status Store::finish_trial(const TrialRecord& t) {
   if (t.status == TrialStatus::kRunning) {
     return Status::Invalid("status: finish_trial needs COMPLETE, FAILED or CANCELLED, not RUNNING");
   }
+  Impl::TrialsChanged changed(*impl_, t.job_id);
   auto lease = impl_->lease();
   if (!lease.ok()) return lease.status();
   Connection& c = *lease.value();
@@ -718,6 +753,7 @@ std::vector<TrialRecord> Store::trials_for_device_key(const std::string& device_
 }
 
 Status Store::set_trial_slurm_job(const std::string& job_id, int64_t number, int64_t slurm_job_id) {
+  Impl::TrialsChanged changed(*impl_, job_id);
   auto lease = impl_->lease();
   if (!lease.ok()) return lease.status();
   Connection& c = *lease.value();
@@ -730,6 +766,7 @@ Status Store::set_trial_slurm_job(const std::string& job_id, int64_t number, int
 }
 
 Result<int> Store::fail_running_trials(const std::string& reason, bool keep_slurm_jobs) {
+  Impl::TrialsChanged changed(*impl_, "");   // any job's
   auto lease = impl_->lease();
   if (!lease.ok()) return lease.status();
   Connection& c = *lease.value();

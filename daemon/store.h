@@ -115,6 +115,10 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   int schema_version() const;
+  // Changes whenever a trial of the job may have changed through this Store (a write that ended after the
+  // previous call), so a reader can keep what it read under this number. The daemon is its database's only
+  // writer; a write by another process is not seen here.
+  uint64_t trials_revision(const std::string& job_id) const;
   const std::string& path() const;
 
   Status insert_job(const JobRecord& j);

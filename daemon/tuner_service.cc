@@ -309,42 +309,46 @@ grpc::Status TunerService::ListTrials(grpc::ServerContext*, const pb::ListTrials
   if (!size.ok()) return to_grpc(size.status());
   Result<int> offset = page_offset(req->page_token());
   if (!offset.ok()) return to_grpc(offset.status());
-  Result<std::vector<TrialRecord>> all = jobs_.trials(req->job_id());
-  if (!all.ok()) return to_grpc(all.status());
-
-  std::vector<TrialRecord> ts;
-  for (const TrialRecord& t : all.value())
-    if (req->status() == pb::TRIAL_STATUS_UNSPECIFIED || trial_status(t.status) == req->status()) ts.push_back(t);
-  auto value = [&](const TrialRecord& t) -> double {
-    if (key == "number") return static_cast<double>(t.number);
-    if (key == "score") return t.score;
-    if (key == "accuracy") return t.status == TrialStatus::kComplete ? t.relative_accuracy : -1;
-    return tier_duration(t, key);
-  };
-  // Trials without metrics (failed, running, cancelled) go last for every key but the number, either way.
-  std::stable_sort(ts.begin(), ts.end(), [&](const TrialRecord& a, const TrialRecord& b) {
-    if (key != "number") {
-      const bool ca = a.status == TrialStatus::kComplete, cb = b.status == TrialStatus::kComplete;
-      if (ca != cb) return ca;
+  // The job's trials are read in place (not copied): a page costs the sort of pointers and its own rows.
+  Status read = jobs_.read_trials(req->job_id(), [&](const ScoredTrials& scored) {
+    std::vector<const TrialRecord*> ts;
+    ts.reserve(scored.all().size());
+    for (const auto& [n, t] : scored.all())
+      if (req->status() == pb::TRIAL_STATUS_UNSPECIFIED || trial_status(t.status) == req->status()) ts.push_back(&t);
+    auto value = [&](const TrialRecord& t) -> double {
+      if (key == "number") return static_cast<double>(t.number);
+      if (key == "score") return t.score;
+      if (key == "accuracy") return t.status == TrialStatus::kComplete ? t.relative_accuracy : -1;
+      return tier_duration(t, key);
+    };
+    // Trials without metrics (failed, running, cancelled) go last for every key but the number, either way.
+    // all() is in number order, which the stable sort keeps among equals.
+    if (key != "number" || desc)
+      std::stable_sort(ts.begin(), ts.end(), [&](const TrialRecord* a, const TrialRecord* b) {
+        if (key != "number") {
+          const bool ca = a->status == TrialStatus::kComplete, cb = b->status == TrialStatus::kComplete;
+          if (ca != cb) return ca;
+        }
+        double va = value(*a), vb = value(*b);
+        if (va != vb) return desc ? va > vb : va < vb;
+        return a->number < b->number;
+      });
+    out->set_total(static_cast<int>(ts.size()));
+    // A page ends at page_size rows or at kMaxResponseBytes, whichever comes first (always at least one row).
+    size_t bytes = 0;
+    int end = offset.value();
+    for (; end < static_cast<int>(ts.size()) && end < offset.value() + size.value(); ++end) {
+      pb::Trial* t = out->add_trials();
+      to_proto(*ts[end], t);
+      bytes += t->ByteSizeLong();
+      if (bytes > kMaxResponseBytes && end > offset.value()) {
+        out->mutable_trials()->RemoveLast();
+        break;
+      }
     }
-    double va = value(a), vb = value(b);
-    if (va != vb) return desc ? va > vb : va < vb;
-    return a.number < b.number;
+    if (end < static_cast<int>(ts.size())) out->set_next_page_token(std::to_string(end));
   });
-  out->set_total(static_cast<int>(ts.size()));
-  // A page ends at page_size rows or at kMaxResponseBytes, whichever comes first (always at least one row).
-  size_t bytes = 0;
-  int end = offset.value();
-  for (; end < static_cast<int>(ts.size()) && end < offset.value() + size.value(); ++end) {
-    pb::Trial* t = out->add_trials();
-    to_proto(ts[end], t);
-    bytes += t->ByteSizeLong();
-    if (bytes > kMaxResponseBytes && end > offset.value()) {
-      out->mutable_trials()->RemoveLast();
-      break;
-    }
-  }
-  if (end < static_cast<int>(ts.size())) out->set_next_page_token(std::to_string(end));
+  if (!read.ok()) return to_grpc(read);
   return grpc::Status::OK;
 }
 

@@ -1,5 +1,5 @@
-// The dashboard server's address rules: loopback only (it has no TLS or token), HOST:PORT checked, errors that
-// name http_listen.
+// The dashboard server's address rules: off loopback only with TLS and the token (listen_security's rule, named
+// http_listen), HOST:PORT checked, errors that name http_listen.
 #include "daemon/http_server.h"
 
 #include <gtest/gtest.h>
@@ -14,12 +14,6 @@ namespace soartune::daemon {
 namespace {
 
 using testing::TempDir;
-
-TEST(HttpServer, LoopbackHostsOnly) {
-  for (const char* h : {"127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"}) EXPECT_TRUE(is_loopback_host(h)) << h;
-  for (const char* h : {"0.0.0.0", "10.0.0.1", "::", "[::]", "example.org", "127.0.0.256", "127.0.0.1x", ""})
-    EXPECT_FALSE(is_loopback_host(h)) << h;
-}
 
 class DashboardStart : public ::testing::Test {
  protected:
@@ -39,15 +33,17 @@ class DashboardStart : public ::testing::Test {
 };
 
 TEST_F(DashboardStart, RefusesWhatItCannotServeSafely) {
-  DashboardServer server(*service_, dir_.path());
   for (const char* addr : {"0.0.0.0:0", "192.168.1.2:8700", "[::]:0"}) {
-    auto r = server.start(addr);
-    ASSERT_FALSE(r.ok()) << addr;
-    EXPECT_NE(r.status().message.find("http_listen: host"), std::string::npos) << r.status().message;
-    EXPECT_NE(r.status().message.find("not loopback"), std::string::npos) << r.status().message;
+    auto p = resolve_listen_policy("http_listen", addr, ListenSecurity{});
+    ASSERT_FALSE(p.ok()) << addr;
+    EXPECT_EQ(p.status().message.rfind(std::string("http_listen: ") + addr + " is not a loopback address", 0), 0u)
+        << p.status().message;
   }
   for (const char* addr : {"127.0.0.1", "127.0.0.1:70000", "127.0.0.1:http", ":8700"}) {
-    auto r = server.start(addr);
+    DashboardServer server(*service_, dir_.path());
+    ListenPolicy policy;
+    policy.listen = addr;
+    auto r = server.start(policy);
     ASSERT_FALSE(r.ok()) << addr;
     EXPECT_EQ(r.status().message.rfind("http_listen:", 0), 0u) << r.status().message;
   }
@@ -55,14 +51,14 @@ TEST_F(DashboardStart, RefusesWhatItCannotServeSafely) {
 
 TEST_F(DashboardStart, MissingPagesAreNamed) {
   DashboardServer server(*service_, dir_.file("no-such-dir"));
-  auto r = server.start("127.0.0.1:0");
+  auto r = server.start(resolve_listen_policy("http_listen", "127.0.0.1:0", ListenSecurity{}).value());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message.find("web_dir:"), std::string::npos) << r.status().message;
 }
 
 TEST_F(DashboardStart, BindsAFreePortOnLoopback) {
   DashboardServer server(*service_, dir_.path());
-  auto r = server.start("127.0.0.1:0");
+  auto r = server.start(resolve_listen_policy("http_listen", "127.0.0.1:0", ListenSecurity{}).value());
   ASSERT_TRUE(r.ok()) << r.status().message;
   EXPECT_GT(r.value(), 0);
   server.stop();

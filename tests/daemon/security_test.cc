@@ -1,6 +1,7 @@
 // Who may talk to soartuned, end to end: the real daemon and the real CLI over TLS with a bearer token, with
 // certificates made here by openssl; the refusal to serve a non-loopback address unprotected; the warning when
-// that refusal is overridden; one listening port for port 0.
+// that refusal is overridden; one listening port for port 0; the dashboard's HTTPS with the same token (the
+// API's bearer header, the sign-in page's session cookie).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -10,12 +11,15 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
+#include "daemon/http_access.h"
 #include "daemon/listen_security.h"
 #include "daemon/worker_process.h"
 #include "daemon_process.h"
@@ -243,6 +247,147 @@ TEST(DataRoots, SpecsCannotMakeTheDaemonReadOutsideItsRoots) {
   ProcessResult jobs = d.cli({"jobs"});
   EXPECT_EQ(jobs.exit_code, 0);
   EXPECT_EQ(jobs.out.find("sec"), std::string::npos) << "a refused job was stored:\n" << jobs.out;
+}
+
+
+// ---- the dashboard (http_listen) under the same rule ----
+
+// The dashboard's bound port, once soartuned has written it.
+int http_port_of(const TempDir& dir) {
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream in(dir.file("http_port"));
+    int port = 0;
+    if (in >> port) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+TEST(DashboardAccess, SessionsAndBearerHeaders) {
+  HttpAccess open("");
+  EXPECT_FALSE(open.required());
+  EXPECT_TRUE(open.allows("", ""));
+  EXPECT_FALSE(open.sign_in("anything"));
+
+  HttpAccess access("s3cret");
+  EXPECT_TRUE(access.allows("Bearer s3cret", ""));
+  EXPECT_FALSE(access.allows("Bearer s3cre", ""));
+  EXPECT_FALSE(access.allows("Basic s3cret", ""));
+  EXPECT_FALSE(access.allows("", ""));
+  EXPECT_FALSE(access.allows("", "soartune_session=s3cret"));   // the token is not a session
+  EXPECT_FALSE(access.sign_in("wrong"));
+  std::optional<std::string> cookie = access.sign_in("s3cret");
+  ASSERT_TRUE(cookie);
+  for (const char* attr : {"HttpOnly", "Secure", "SameSite=Strict", "Path=/"})
+    EXPECT_NE(cookie->find(attr), std::string::npos) << *cookie;
+  const std::string id = cookie_value(cookie->substr(0, cookie->find(';')), HttpAccess::kCookie);
+  EXPECT_EQ(id.size(), 64u) << *cookie;
+  EXPECT_EQ(id.find("s3cret"), std::string::npos);
+  EXPECT_TRUE(access.allows("", "theme=dark; soartune_session=" + id));
+  EXPECT_FALSE(access.allows("", "soartune_session=" + id.substr(1)));
+  EXPECT_NE(*access.sign_in("s3cret"), *cookie) << "every sign-in gets a session of its own";
+  EXPECT_EQ(cookie_value("a=1; b=22;c=3", "b"), "22");
+  EXPECT_EQ(cookie_value("ab=1", "b"), "");
+}
+
+TEST(DashboardAccess, OffLoopbackWithoutTlsAndTokenExitsNamingWhatIsMissing) {
+  TempDir dir;
+  Daemon d(dir, {"--http-listen", "0.0.0.0:0"});
+  ASSERT_FALSE(d.start()) << "soartuned served its dashboard on 0.0.0.0 with neither TLS nor a token";
+  EXPECT_TRUE(WIFEXITED(d.status) && WEXITSTATUS(d.status) != 0);
+  EXPECT_NE(d.log().find("http_listen: 0.0.0.0:0 is not a loopback address"), std::string::npos) << d.log();
+  EXPECT_NE(d.log().find("tls_cert and tls_key"), std::string::npos) << d.log();
+  EXPECT_NE(d.log().find("bearer token"), std::string::npos) << d.log();
+}
+
+TEST(DashboardAccess, InsecureOverrideIsWarnedInTheLogAndInStatus) {
+  TempDir dir;
+  write_file(dir.file("job.yaml"), kJob);
+  Daemon d(dir, {"--http-listen", "0.0.0.0:0", "--http-port-file", dir.file("http_port"),
+                 "--insecure-listen-anywhere"});
+  ASSERT_TRUE(d.start()) << d.log();
+  ASSERT_GT(http_port_of(dir), 0) << d.log();
+  EXPECT_NE(d.log().find("dashboard (http_listen) on 0.0.0.0:0 (not loopback) without"), std::string::npos) << d.log();
+  ProcessResult sub = d.cli({"submit", dir.file("job.yaml")});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err_tail;
+  std::string id = sub.out.substr(0, sub.out.find_first_of(" \n"));
+  ProcessResult st = d.cli({"status", id});
+  EXPECT_NE(st.out.find("dashboard (http_listen)"), std::string::npos) << st.out;
+  d.cli({"cancel", id});
+}
+
+TEST(DashboardAccess, HttpsWithTheTokenOffLoopback) {
+  TempDir dir;
+  Certificates certs(dir);
+  ASSERT_TRUE(certs.ok);
+  write_file(dir.file("token"), "correct-horse-battery-staple\n");
+  Daemon d(dir, {"--listen", "0.0.0.0:0", "--tls-cert", certs.file("server.pem"), "--tls-key",
+                 certs.file("server.key"), "--token-file", dir.file("token"), "--http-listen", "0.0.0.0:0",
+                 "--http-port-file", dir.file("http_port")});
+  ASSERT_TRUE(d.start()) << d.log();
+  const int port = http_port_of(dir);
+  ASSERT_GT(port, 0) << d.log();
+  EXPECT_NE(d.log().find("dashboard on https://"), std::string::npos) << d.log();
+
+  httplib::SSLClient c("127.0.0.1", port);
+  c.set_ca_cert_path(certs.file("ca.pem").c_str());
+  c.enable_server_certificate_verification(true);
+  auto none = c.Get("/api/jobs");
+  ASSERT_TRUE(none) << httplib::to_string(none.error());
+  EXPECT_EQ(none->status, 401);
+  EXPECT_NE(none->body.find("UNAUTHENTICATED"), std::string::npos) << none->body;
+  auto wrong = c.Get("/api/jobs", {{"Authorization", "Bearer correct-horse-battery-stapler"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  auto right = c.Get("/api/jobs", {{"Authorization", "Bearer correct-horse-battery-staple"}});
+  ASSERT_TRUE(right);
+  EXPECT_EQ(right->status, 200) << right->body;
+  EXPECT_NE(right->body.find("\"jobs\""), std::string::npos) << right->body;
+
+  // A page sends the browser to sign in and come back; the sign-in page itself is served.
+  auto page = c.Get("/jobs/some-job?x=1");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 303);
+  const std::string location = page->get_header_value("Location");
+  ASSERT_EQ(location.rfind("/signin?next=", 0), 0u) << location;
+  EXPECT_EQ(httplib::detail::decode_url(location.substr(13), true), "/jobs/some-job?x=1") << location;
+  auto signin = c.Get("/signin");
+  ASSERT_TRUE(signin);
+  EXPECT_EQ(signin->status, 200);
+  EXPECT_NE(signin->body.find("name=\"token\""), std::string::npos);
+
+  // Signing in with the wrong token: 401 and no cookie; with the right one: an HttpOnly, Secure, SameSite=Strict
+  // session that the API and the event stream accept, and a redirect only to a path of this site.
+  auto bad = c.Post("/signin", "token=nope&next=%2Fjobs%2Fx", "application/x-www-form-urlencoded");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 401);
+  EXPECT_FALSE(bad->has_header("Set-Cookie"));
+  EXPECT_NE(bad->body.find("data-failed=\"1\""), std::string::npos);
+  auto good = c.Post("/signin", "token=correct-horse-battery-staple&next=%2Fjobs%2Fx",
+                     "application/x-www-form-urlencoded");
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->status, 303);
+  EXPECT_EQ(good->get_header_value("Location"), "/jobs/x");
+  const std::string set_cookie = good->get_header_value("Set-Cookie");
+  for (const char* attr : {"soartune_session=", "HttpOnly", "Secure", "SameSite=Strict"})
+    EXPECT_NE(set_cookie.find(attr), std::string::npos) << set_cookie;
+  const std::string cookie = set_cookie.substr(0, set_cookie.find(';'));
+  auto with_cookie = c.Get("/api/jobs", {{"Cookie", cookie}});
+  ASSERT_TRUE(with_cookie);
+  EXPECT_EQ(with_cookie->status, 200);
+  auto page_with_cookie = c.Get("/jobs/x", {{"Cookie", cookie}});
+  ASSERT_TRUE(page_with_cookie);
+  EXPECT_EQ(page_with_cookie->status, 200);
+  auto elsewhere = c.Post("/signin", "token=correct-horse-battery-staple&next=%2F%2Fevil.example%2F",
+                          "application/x-www-form-urlencoded");
+  ASSERT_TRUE(elsewhere);
+  EXPECT_EQ(elsewhere->get_header_value("Location"), "/");
+
+  // Plain HTTP to the HTTPS port gets no answer.
+  httplib::Client plain("127.0.0.1", port);
+  plain.set_connection_timeout(5);
+  auto clear = plain.Get("/api/jobs", {{"Authorization", "Bearer correct-horse-battery-staple"}});
+  EXPECT_TRUE(!clear || clear->status != 200);
 }
 
 }  // namespace

@@ -888,5 +888,33 @@ TEST_F(StoreTest, TwoWritersFromTwoThreadsBothLand) {
   EXPECT_EQ(raw_scalar("SELECT COUNT(*) FROM trial_tiers"), "240");
 }
 
+// What the daemon's kept snapshots of a job are keyed by: every trial write of the job (and a write across
+// jobs) changes the job's revision once it has ended; reads and other jobs' writes do not.
+TEST_F(StoreTest, TrialsRevisionChangesWithEveryTrialWriteOfTheJob) {
+  auto store = open();
+  ASSERT_TRUE(store->insert_job(make_job("j", 1)).ok());
+  ASSERT_TRUE(store->insert_job(make_job("k", 2)).ok());
+  uint64_t r = store->trials_revision("j");
+  ASSERT_TRUE(store->insert_trial(running_trial("j", 0)).ok());
+  EXPECT_NE(store->trials_revision("j"), r);
+  r = store->trials_revision("j");
+  TrialQuery q;
+  q.job_id = "j";
+  store->list_trials(q);
+  store->get_trial("j", 0);
+  EXPECT_EQ(store->trials_revision("j"), r) << "a read changed the revision";
+  ASSERT_TRUE(store->insert_trial(running_trial("k", 0)).ok());
+  EXPECT_EQ(store->trials_revision("j"), r) << "another job's write changed the revision";
+  TrialRecord done = running_trial("j", 0);
+  done.status = TrialStatus::kFailed;
+  ASSERT_TRUE(store->finish_trial(done).ok());
+  EXPECT_NE(store->trials_revision("j"), r);
+  r = store->trials_revision("j");
+  const uint64_t rk = store->trials_revision("k");
+  ASSERT_TRUE(store->fail_running_trials("restart").ok());
+  EXPECT_NE(store->trials_revision("j"), r);
+  EXPECT_NE(store->trials_revision("k"), rk);
+}
+
 }  // namespace
 }  // namespace soartune::daemon
