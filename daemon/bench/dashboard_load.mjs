@@ -3,10 +3,14 @@
 // Chromium (Debian's chromium, puppeteer-core from daemon/web) and prints, in ms:
 //   api_first_page   GET /api/jobs/<id>/trials?page_size=1000, the first page;
 //   api_all_pages    every page of the job's trials, one after the other;
-//   first_chart      navigation start to the optimisation history holding the job's points;
-//   page_ready       navigation start to every chart and the trial table drawn.
+//   grpc_page        `soartune trials <id> --limit 100` (one ListTrials page of 100 over gRPC, the CLI's own
+//                    start included), the median of 5;
+//   first_chart      navigation start to the frame after the page first drew its charts (the page's
+//                    data-first-chart mark; pages without it: to the optimisation history holding points);
+//   page_ready       navigation start to every chart and the trial table drawn over every trial.
+// The database is opened as it is: run it on a copy when its job is not finished (soartuned resumes it).
 // Usage: node daemon/bench/dashboard_load.mjs BIN_DIR DATABASE [RUNS]
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -20,12 +24,13 @@ const puppeteer = createRequire(path.join(here, "../web/package.json"))("puppete
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "soartune-dash-load-"));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const daemon = spawn(path.join(binDir, "soartuned"), ["--port", "0", "--http-listen", "127.0.0.1:0",
-  "--http-port-file", path.join(dir, "http_port"), "--database", database, "--work-dir", path.join(dir, "work"),
-  "--log-level", "warn"], { stdio: "inherit" });
+const daemon = spawn(path.join(binDir, "soartuned"), ["--port", "0", "--port-file", path.join(dir, "port"),
+  "--http-listen", "127.0.0.1:0", "--http-port-file", path.join(dir, "http_port"), "--database", database,
+  "--work-dir", path.join(dir, "work"), "--log-level", "warn"], { stdio: "inherit" });
 try {
-  for (let i = 0; i < 100 && !fs.existsSync(path.join(dir, "http_port")); i++) await sleep(100);
+  for (let i = 0; i < 100 && !(fs.existsSync(path.join(dir, "http_port")) && fs.existsSync(path.join(dir, "port"))); i++) await sleep(100);
   const base = `http://127.0.0.1:${fs.readFileSync(path.join(dir, "http_port"), "utf8").trim()}`;
+  const grpcAddr = `127.0.0.1:${fs.readFileSync(path.join(dir, "port"), "utf8").trim()}`;
   const { jobs } = await (await fetch(`${base}/api/jobs?page_size=1000`)).json();
   const job = jobs.sort((a, b) => b.trials_done - a.trials_done)[0];
   const browser = await puppeteer.launch({ executablePath: "/usr/bin/chromium", headless: true,
@@ -40,18 +45,28 @@ try {
       n += page.trials.length;
     }
     const all = performance.now() - t;
+    const grpc = [];
+    for (let i = 0; i < 5; i++) {
+      t = performance.now();
+      execFileSync(path.join(binDir, "soartune"), ["--addr", grpcAddr, "trials", job.id, "--limit", "100"]);
+      grpc.push(performance.now() - t);
+    }
+    grpc.sort((a, b) => a - b);
     const tab = await browser.newPage();
     await tab.goto(`${base}/jobs/${job.id}`, { waitUntil: "domcontentloaded" });
     await tab.waitForFunction(() => {
       const d = document.getElementById("history");
       const c = d && window.echarts && echarts.getInstanceByDom(d);
-      return c && c.getOption().series[0].data.length > 0;
+      return c && c.getOption().series[0].data.length > 0 && document.body.dataset.firstChart !== "pending";
     }, { polling: 10, timeout: 120000 });
-    const chart = await tab.evaluate(() => performance.now());
-    await tab.waitForFunction(() => document.body.dataset.ready === "1", { polling: 10, timeout: 120000 });
+    const marked = await tab.evaluate(() => Number(document.body.dataset.firstChart));
+    const chart = marked > 0 ? marked : await tab.evaluate(() => performance.now());
+    const firstPoints = await tab.evaluate(() => document.body.dataset.partial || document.body.dataset.trials);
+    await tab.waitForFunction(() => document.body.dataset.ready === "1" && !document.getElementById("loading"),
+                              { polling: 10, timeout: 120000 });
     const ready = await tab.evaluate(() => performance.now());
     console.log(`job=${job.id} trials=${n} api_first_page=${first.toFixed(0)} api_all_pages=${all.toFixed(0)} ` +
-                `first_chart=${chart.toFixed(0)} page_ready=${ready.toFixed(0)}`);
+                `grpc_page=${grpc[2].toFixed(0)} first_chart=${chart.toFixed(0)} (${firstPoints} trials) page_ready=${ready.toFixed(0)}`);
     await tab.close();
   }
   await browser.close();

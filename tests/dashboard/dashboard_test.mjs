@@ -29,11 +29,13 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 fs.mkdirSync(artifacts, { recursive: true });
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "soartune-dash-"));
 
-// The loopback rule: a non-loopback address is refused, naming the key.
+// The loopback rule: a non-loopback address without TLS and the token is refused, naming the key and what is
+// missing (dashboard_tls_test.mjs serves one with them).
 {
   const r = spawnSync(path.join(binDir, "soartuned"), ["--config", path.join(srcDir, "configs/daemon.yaml"), "--port", "0",
     "--database", path.join(dir, "refused.db"), "--http-listen", "0.0.0.0:0"], { encoding: "utf8", timeout: 20000 });
-  check(r.status === 2 && /http_listen: host '0.0.0.0' is not loopback/.test(r.stderr), "a non-loopback --http-listen is refused (exit 2, names http_listen)");
+  check(r.status === 2 && /http_listen: 0\.0\.0\.0:0 is not a loopback address, so it needs tls_cert and tls_key .*; a bearer token/.test(r.stderr),
+        "a non-loopback --http-listen without TLS and token is refused (exit 2, names http_listen and what is missing)");
 }
 
 const daemon = spawn(path.join(binDir, "soartuned"), ["--config", path.join(srcDir, "configs/daemon.yaml"), "--port", "0",

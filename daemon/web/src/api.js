@@ -2,23 +2,56 @@
 // so int64 fields arrive as strings.
 export async function get(path) {
   const res = await fetch(path, { cache: "no-store" });
+  // A daemon that requires its token answers 401 once the session has expired: sign in again, then come back.
+  if (res.status === 401) {
+    location.assign(`/signin?next=${encodeURIComponent(location.pathname + location.search)}`);
+  }
   const body = await res.json();
   if (!res.ok) throw new Error(body.error ? `${body.error.code}: ${body.error.message}` : `HTTP ${res.status}`);
   return body;
 }
 
-// Every page of a list call, in the API's largest page size; onPage(trials so far, total) after each but the last.
-export async function allTrials(jobId, query = "", onPage = null) {
-  let trials = [], token = "";
-  for (;;) {
-    // Page tokens are offsets, so a small first page (drawn at once) can be followed by large ones.
-    const size = onPage && trials.length === 0 ? 200 : 1000;
-    const page = await get(`/api/jobs/${encodeURIComponent(jobId)}/trials?page_size=${size}&page_token=${encodeURIComponent(token)}${query}`);
+const trialsPath = (jobId, size, token) =>
+  `/api/jobs/${encodeURIComponent(jobId)}/trials?page_size=${size}&page_token=${encodeURIComponent(token)}`;
+
+// The trials from page token `from` up to offset `to` (page tokens are offsets): pages of the API's largest
+// size, one after the other; a page the daemon cut short (it bounds a page's bytes too) is followed on.
+async function trialRange(jobId, from, to) {
+  let trials = [], token = String(from);
+  while (token && Number(token) < to) {
+    const page = await get(trialsPath(jobId, Math.min(1000, to - Number(token)), token));
     trials = trials.concat(page.trials);
-    if (onPage && page.next_page_token) onPage(trials, page.total);
     token = page.next_page_token;
-    if (!token) return trials;
   }
+  return trials;
+}
+
+// Every trial of the job. The first page is small, and onFirst(trials, total) gets it at once (the page draws
+// it; the rest is asked for once the promise it returns settles, so the first drawing does not share the
+// browser with the rest's parsing); the rest comes as ranges of 2000 trials fetched three at a time (the
+// daemon serves requests in parallel), onProgress(loaded, total) after each.
+export async function allTrials(jobId, onFirst = null, onProgress = null) {
+  const first = await get(trialsPath(jobId, onFirst ? 200 : 1000, ""));
+  if (onFirst) await onFirst(first.trials, first.total);
+  if (!first.next_page_token) return first.trials;
+  const start = Number(first.next_page_token), total = first.total, span = 2000;
+  const ranges = [];
+  for (let from = start; from < total; from += span) ranges.push([from, Math.min(total, from + span)]);
+  const parts = new Array(ranges.length);
+  let next = 0, loaded = first.trials.length;
+  const worker = async () => {
+    while (next < ranges.length) {
+      const i = next++;
+      parts[i] = await trialRange(jobId, ...ranges[i]);
+      loaded += parts[i].length;
+      if (onProgress) onProgress(loaded, total);
+    }
+  };
+  await Promise.all([worker(), worker(), worker()]);
+  // A trial that started while the pages were read can make the last range end later than the total said.
+  const trials = first.trials.concat(...parts);
+  const seen = new Set();
+  return trials.filter((t) => !seen.has(t.number) && seen.add(t.number));
 }
 
 export async function allJobs() {

@@ -62,14 +62,32 @@ export async function jobPage(main, jobId) {
       charts[id].setOption(opt, true);
     }
     table.render(job, trials, knobs);
+    // When the first drawing reached the screen (the frame after it), for daemon/bench/dashboard_load.mjs.
+    if (!document.body.dataset.firstChart) {
+      document.body.dataset.firstChart = "pending";
+      requestAnimationFrame(() => { document.body.dataset.firstChart = String(Math.round(performance.now())); });
+    }
     document.body.dataset.trials = String(trials.length);
     document.body.dataset.rendered = String(Date.now());
   };
-  // A large job draws its first page of trials at once, then the whole job when every page is in.
-  trials = await allTrials(jobId, "", (first, total) => {
-    if (trials.length === 0) { trials = first; expected = total; render(); document.body.dataset.partial = `${first.length}/${total}`; }
-  });
-  render();
+  // The first page of trials is drawn at once; a large job's other pages stream in behind it (a count says how
+  // far) and the whole job is drawn once they are all in, so the first paint does not wait for the job's size.
+  const loading = el("span", { class: "note", id: "loading" });
+  headerBox.after(loading);
+  const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+  const all = await allTrials(jobId, (first, total) => {
+    trials = first; expected = total; render();
+    if (first.length < total) {
+      document.body.dataset.partial = `${first.length}/${total}`;
+      loading.textContent = `showing the first ${first.length} of ${total} trials; loading the rest…`;
+    }
+    return nextFrame();
+  }, (loaded, total) => { loading.textContent = `showing the first ${trials.length} of ${total} trials; ${loaded} loaded…`; });
+  loading.remove();
+  if (all.length !== trials.length) {   // a small job is drawn already
+    trials = all;
+    render();
+  }
   window.addEventListener("resize", () => Object.values(charts).forEach((c) => c.resize()));
 
   // Scores are relative to the best durations seen, so a finished trial can change every other trial's score:
