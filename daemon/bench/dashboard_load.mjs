@@ -73,7 +73,7 @@ try {
       if (e.name !== "TimeoutError") throw e;
     }
     console.log(`job=${job.id} trials=${n} api_first_page=${first.toFixed(0)} api_all_pages=${all.toFixed(0)} ` +
-                `grpc_page=${grpc[2].toFixed(0)} first_chart=${chart.toFixed(0)} (${firstPoints} trials) page_ready=${ready.toFixed(0)}`);
+                `grpc_page=${grpc[2].toFixed(0)} first_chart=${chart.toFixed(0)} (${firstPoints} trials) page_ready=${ready}`);
     await tab.close();
   }
   await browser.close();
