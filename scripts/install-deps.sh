@@ -5,7 +5,7 @@ pkgs=(build-essential cmake pkg-config
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libsqlite3-dev sqlite3 libyaml-cpp-dev libspdlog-dev libgtest-dev libgmock-dev
       libeigen3-dev libcli11-dev nlohmann-json3-dev libnlopt-cxx-dev
-      libcpp-httplib-dev nodejs npm chromium
+      libcpp-httplib-dev libssl-dev nodejs npm chromium   # libssl-dev: the dashboard's HTTPS (httplib::SSLServer)
       openssl         # the TLS tests make their certificates with it
       python3-numpy   # the independent GPTQ checkpoint decoder (tests/gptq_decode.py)
       munge slurmctld slurmd slurm-client)   # the Slurm executor's test starts a one-node cluster
