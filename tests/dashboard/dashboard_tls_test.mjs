@@ -65,14 +65,15 @@ async function main() {
   check(/dashboard on https:\/\/0\.0\.0\.0:\d+\/ \(bearer token or signed-in session/.test(fs.readFileSync(path.join(artifacts, "soartuned-tls.log"), "utf8")),
         "soartuned says it serves the dashboard over HTTPS with the token");
 
-  // A job that runs long enough to be watched: synthetic:tiny on the CPU, small requests.
+  // A job still running while the browser signs in and watches (trials of 0.1-0.5 s; cancelled at the end):
+  // synthetic:tiny on the CPU, a space too large to run out of.
   fs.writeFileSync(file("job.yaml"), [
     "name: tls-live", "model: synthetic:tiny", "backend: cpu", "strategy: random", "seed: 2",
-    "budget: {trials: 12}", "trial_timeout_s: 120",
-    "workload: {name: tls, requests: [{name: a, input_len: 16, output_len: 8, count: 4}]}",
+    "budget: {trials: 2000}", "trial_timeout_s: 120",
+    "workload: {name: tls, requests: [{name: a, input_len: 16, output_len: 16, count: 8}]}",
     "accuracy: {set: synthetic, samples: 2, prompt_len: 8, continuation_len: 4}",
     "space:", "  weight_bits: {type: choice, values: [16, 8, 4]}", "  kv_cache_dtype: {type: choice, values: [bf16, fp8_e4m3]}",
-    "  max_running_requests: {type: pow2, low: 1, high: 8}", ""].join("\n"));
+    "  max_running_requests: {type: pow2, low: 1, high: 8}", "  max_prefill_tokens: {type: int, low: 16, high: 4096}", ""].join("\n"));
   const job = cli("submit", file("job.yaml")).trim();
 
   // The API: no token, a wrong token: 401; the token: 200 with the job.
