@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "search/multi_fidelity.h"
+
 namespace soartune::search {
 
 std::vector<Observation> with_prior(const SearchProblem& problem, const std::vector<Observation>& history) {
@@ -12,30 +14,35 @@ std::vector<Observation> with_prior(const SearchProblem& problem, const std::vec
 }
 
 SurrogateModels::SurrogateModels(const SearchProblem& problem, const std::vector<Observation>& observations)
-    : enc_(problem.space.params()), defaults_(problem.reference) {
-  std::vector<Eigen::VectorXd> fx;
+    : enc_(problem.space.params()), defaults_(problem.reference), levels_(problem.fidelity_levels) {
+  std::vector<Eigen::VectorXd> fx, train;
+  std::vector<TrialMetrics> train_metrics;
   std::vector<FailureKind> failed;
   for (const Observation& o : observations) {
     if (o.outcome == Outcome::kPending) continue;
+    const double fidelity = levels_.empty() ? 1.0 : o.fidelity;
     const Config c = enc_.canonical(o.config, defaults_);
-    fx.push_back(enc_.encode(c));
+    fx.push_back(features(c, fidelity));
     failed.push_back(o.outcome == Outcome::kFailed ? o.failure : FailureKind::kNone);
     if (o.outcome != Outcome::kComplete) continue;
     bool finite = std::isfinite(o.metrics.relative_accuracy_pct);
     for (double d : o.metrics.duration_s) finite = finite && std::isfinite(d) && d > 0;
     if (!finite) continue;   // NaN / inf / non-positive measurements are rejected at the boundary
+    train.push_back(fx.back());
+    train_metrics.push_back(o.metrics);
+    if (!is_full_fidelity(fidelity)) continue;
     configs_.push_back(c);
     metrics_.push_back(o.metrics);
   }
-  const int n = static_cast<int>(metrics_.size());
-  const int D = enc_.dims();
+  const int n = static_cast<int>(train.size());
+  const int D = enc_.dims() + (levels_.empty() ? 0 : 1);
   X_.resize(n, D);
   for (int t = 0; t < kTiers; ++t) log_d_[t].resize(n);
   acc_.resize(n);
   for (int i = 0; i < n; ++i) {
-    X_.row(i) = enc_.encode(configs_[i]).transpose();
-    for (int t = 0; t < kTiers; ++t) log_d_[t][i] = std::log(metrics_[i].duration_s[t]);
-    acc_[i] = std::min(metrics_[i].relative_accuracy_pct, 100.0);
+    X_.row(i) = train[i].transpose();
+    for (int t = 0; t < kTiers; ++t) log_d_[t][i] = std::log(train_metrics[i].duration_s[t]);
+    acc_[i] = std::min(train_metrics[i].relative_accuracy_pct, 100.0);
   }
   Gp::Options opt;
   opt.seed = problem.seed * 7919 + static_cast<uint64_t>(n);
@@ -56,9 +63,17 @@ SurrogateModels::SurrogateModels(const SearchProblem& problem, const std::vector
   failure_.fit(FX, failed);
 }
 
+Eigen::VectorXd SurrogateModels::features(const Config& canonical, double fidelity) const {
+  const Eigen::VectorXd x = enc_.encode(canonical);
+  if (levels_.empty()) return x;
+  Eigen::VectorXd f(x.size() + 1);
+  f << x, fidelity_coordinate(levels_, fidelity);
+  return f;
+}
+
 std::vector<ModelPrediction> SurrogateModels::predict(const std::vector<Config>& configs) const {
-  Eigen::MatrixXd X(static_cast<Eigen::Index>(configs.size()), enc_.dims());
-  for (size_t i = 0; i < configs.size(); ++i) X.row(static_cast<Eigen::Index>(i)) = enc_.encode(configs[i]).transpose();
+  Eigen::MatrixXd X(static_cast<Eigen::Index>(configs.size()), X_.cols());
+  for (size_t i = 0; i < configs.size(); ++i) X.row(static_cast<Eigen::Index>(i)) = features(configs[i], 1.0).transpose();
   return predict(X);
 }
 
@@ -84,8 +99,8 @@ std::vector<ModelPrediction> SurrogateModels::predict(const Eigen::MatrixXd& X) 
   return out;
 }
 
-void SurrogateModels::add_believer(const Config& config) {
-  const Eigen::VectorXd x = enc_.encode(enc_.canonical(config, defaults_));
+void SurrogateModels::add_believer(const Config& config, double fidelity) {
+  const Eigen::VectorXd x = features(enc_.canonical(config, defaults_), levels_.empty() ? 1.0 : fidelity);
   Eigen::MatrixXd xm = x.transpose();
   const Eigen::Index n = X_.rows();
   X_.conservativeResize(n + 1, Eigen::NoChange);

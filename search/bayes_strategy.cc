@@ -78,7 +78,14 @@ std::vector<Suggestion> BayesStrategy::ask(const SearchProblem& problem, const s
   int prior_done = 0;
   for (const Observation& o : problem.prior) prior_done += o.outcome != Outcome::kPending;
   const int n_init = prior_done >= 2 * enc.num_params() ? 0 : std::clamp(enc.num_params() + 1, 4, 10);
-  const int started = history.empty() ? 0 : static_cast<int>(history.size()) - 1;   // beyond the reference
+  // Configs started beyond the reference; with fidelity levels one config runs at several levels, so distinct ones.
+  int started = history.empty() ? 0 : static_cast<int>(history.size()) - 1;
+  if (!problem.fidelity_levels.empty()) {
+    std::set<std::string> configs;
+    for (const Observation& o : history) configs.insert(config_key(enc.canonical(o.config, problem.reference)));
+    started = static_cast<int>(configs.size()) -
+              static_cast<int>(configs.count(config_key(enc.canonical(problem.reference, problem.reference))));
+  }
   int design_left = n_init - started;
   if (design_left > 0) {
     const auto design = latin_hypercube(n_init, enc.num_params(), mix(problem.seed, 1), 32);
@@ -100,7 +107,7 @@ std::vector<Suggestion> BayesStrategy::ask(const SearchProblem& problem, const s
 
   SurrogateModels models(problem, all);
   const uint64_t round_seed = mix(problem.seed, history.size() + 2);
-  if (models.complete_count() < 2) {
+  if (models.training_count() < 2 || models.complete_count() < 1) {
     // Too little to model (everything failed so far): keep exploring space-fillingly.
     const auto pts = latin_hypercube(4 * q + 64, enc.num_params(), round_seed, 1);
     for (const auto& u : pts) {
@@ -130,7 +137,7 @@ std::vector<Suggestion> BayesStrategy::ask(const SearchProblem& problem, const s
 
   // Pending trials (and this batch's picks) are believed to come out at the models' mean.
   for (const Observation& o : history) {
-    if (o.outcome == Outcome::kPending) models.add_believer(o.config);
+    if (o.outcome == Outcome::kPending) models.add_believer(o.config, o.fidelity);
   }
 
   // The fixed part of the candidate pool: quasi-random configs and neighbours of the best observed ones.
@@ -141,7 +148,7 @@ std::vector<Suggestion> BayesStrategy::ask(const SearchProblem& problem, const s
     if (seen.count(k) || !pool_keys.insert(k).second) return;
     pool.push_back(std::move(c));
   };
-  const bool large = models.complete_count() > kLargeHistory;
+  const bool large = models.training_count() > kLargeHistory;
   const int local_starts = large ? kLocalStartsLarge : kLocalStarts;
   const int local_steps = large ? kLocalStepsLarge : kLocalSteps;
   for (const auto& u : latin_hypercube(large ? kCandidatesLarge : kCandidates, enc.num_params(), round_seed, 1)) {
@@ -210,7 +217,8 @@ std::vector<Suggestion> BayesStrategy::ask(const SearchProblem& problem, const s
     if (!last_ei_pct_) last_ei_pct_ = best > 0 ? 100.0 * pick->acquisition.ei / best : 100.0;
     seen.insert(config_key(s.config));
     out.push_back(std::move(s));
-    if (static_cast<int>(out.size()) < q) models.add_believer(pick->config);
+    if (static_cast<int>(out.size()) < q)
+      models.add_believer(pick->config, problem.fidelity_levels.empty() ? 1.0 : problem.fidelity_levels.front());
   }
   return out;
 }

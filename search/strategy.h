@@ -22,6 +22,7 @@ struct Observation {
   Outcome outcome = Outcome::kPending;
   TrialMetrics metrics;            // meaningful for kComplete
   FailureKind failure = FailureKind::kUnknown;   // kFailed: why (the failure model weighs it by its kind)
+  double fidelity = 1.0;           // the workload fraction it ran at (search/multi_fidelity.h); 1 = the full run
 };
 
 struct SearchProblem {
@@ -31,6 +32,10 @@ struct SearchProblem {
   uint64_t seed = 0;
   // Warm start: trials of earlier jobs on the same model and device, used as prior observations only.
   std::vector<Observation> prior;
+  // Multi-fidelity (search/multi_fidelity.h): the fidelity levels, ascending, ending at 1, and the promotion
+  // ratio eta. Empty: every trial runs the full workload.
+  std::vector<double> fidelity_levels;
+  int eta = 3;
 };
 
 // Why a config was suggested; stored with the trial and shown by the CLI.
@@ -40,6 +45,7 @@ struct Suggestion {
   double predicted_score = 0, predicted_score_std = 0, expected_improvement = 0, p_failure = 0;
   std::vector<double> p_gate;      // one per ScoringSpec::gate_levels()
   std::string note;
+  double fidelity = 1.0;           // the level to run it at; "promotion": a config re-run one level up
 };
 
 class Strategy {
