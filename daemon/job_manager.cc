@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "search/multi_fidelity.h"
+
+#include "daemon/fidelity.h"
 #include "daemon/trial_result.h"
 #include "daemon/worker_process.h"
 
@@ -519,17 +522,20 @@ JobManager::SearchState search_state_of(const JobSpec& sp, const ScoredTrials& s
   st.problem.reference = sp.reference;
   st.problem.seed = sp.seed;
   st.problem.prior = std::move(prior);
+  st.problem.fidelity_levels = sp.fidelity_levels;
+  st.problem.eta = sp.fidelity_eta;
   std::vector<const TrialRecord*> ts;
   for (const auto& [n, t] : scored.all()) ts.push_back(&t);
   std::stable_sort(ts.begin(), ts.end(), [](const TrialRecord* a, const TrialRecord* b) {
-    const bool ra = a->is_reference && a->status == TrialStatus::kComplete;
-    const bool rb = b->is_reference && b->status == TrialStatus::kComplete;
+    const bool ra = a->is_reference && a->status == TrialStatus::kComplete && search::is_full_fidelity(a->fidelity);
+    const bool rb = b->is_reference && b->status == TrialStatus::kComplete && search::is_full_fidelity(b->fidelity);
     return ra != rb ? ra : a->number < b->number;
   });
   for (const TrialRecord* t : ts) {
     if (!counts_for_budget(*t)) continue;
     search::Observation o;
     o.config = space_view(sp, soartune::config_from_text(t->params));
+    o.fidelity = t->fidelity;
     if (t->status == TrialStatus::kRunning) {
       o.outcome = search::Outcome::kPending;
     } else if (t->status == TrialStatus::kComplete) {
@@ -634,19 +640,20 @@ void JobManager::launch_trial(JobRun& run, int device, const search::Suggestion&
   rec.device = cfg_.devices[device];
   rec.suggestion_json = suggestion_to_json(s);
   rec.is_reference = is_reference;
+  rec.fidelity = spec.fidelity_levels.empty() ? 1.0 : s.fidelity;
 
   std::error_code ec;
   fs::create_directories(run.work_dir, ec);
   char name[64];
   std::snprintf(name, sizeof name, "trial-%04lld.yaml", static_cast<long long>(number));
   rt->trial_file = (fs::path(run.work_dir) / name).string();
-  std::string ref_file = (fs::path(run.work_dir) / "reference.json").string();
+  std::string ref_file = (fs::path(run.work_dir) / reference_file_name(spec, rec.fidelity)).string();
   ReferenceFile ref;
   (is_reference ? ref.write : ref.read) = ref_file;
   ref.quant_cache = (fs::path(run.work_dir) / "quantized").string();
   {
     std::ofstream out(rt->trial_file);
-    out << trial_yaml(spec, config, ref, {"job " + run.id + ", trial " + std::to_string(number)});
+    out << trial_yaml_at(spec, config, ref, rec.fidelity, {"job " + run.id + ", trial " + std::to_string(number)});
     if (!out) spdlog::error("job {}: cannot write {}", run.id, rt->trial_file);
   }
   if (Status st = with_store([&](Store& s2) { return s2.insert_trial(rec); }); !st.ok()) {
@@ -793,6 +800,7 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
     return;
   }
   run.strategy = std::move(strategy).value();
+  if (!spec.fidelity_levels.empty()) run.strategy = search::with_multi_fidelity(std::move(run.strategy));
   const int parallel = job_parallelism(spec);
   std::string stopping;
   int low_ei_rounds = 0;
@@ -810,7 +818,8 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
     }
     uint64_t seen;
     int counted, finished, running_now;
-    bool ref_done, any_complete;
+    bool ref_done, any_complete, levels_ready;
+    std::optional<double> level_missing;
     std::optional<TrialRecord> ref_failed;
     {
       std::lock_guard<std::mutex> l(run.m);
@@ -819,10 +828,18 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
       finished = run.trials.done();
       any_complete = run.trials.complete() > 0;
       ref_done = run.trials.reference_complete();
+      // Multi-fidelity: each lower level's reference trial, after the full one and before any search trial.
+      level_missing = reference_level_missing(spec, run.trials);
+      levels_ready = std::all_of(spec.fidelity_levels.begin(), spec.fidelity_levels.end(), [&](double f) {
+        return search::is_full_fidelity(f) || std::any_of(run.trials.all().begin(), run.trials.all().end(), [&](const auto& nt) {
+                 const TrialRecord& t = nt.second;
+                 return t.is_reference && t.status == TrialStatus::kComplete && std::fabs(t.fidelity - f) < 1e-9;
+               });
+      });
       if (const TrialRecord* f = run.trials.reference_failed()) ref_failed = *f;
       running_now = static_cast<int>(run.running.size());
     }
-    if (!ref_done && ref_failed && running_now == 0) {
+    if ((!ref_done || !levels_ready) && ref_failed && running_now == 0) {
       finish_job(run, JobState::kFailed, "reference failed",
                  "reference trial " + std::to_string(ref_failed->number) + " failed: " + ref_failed->error);
       break;
@@ -845,6 +862,18 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
             s.config = space_view(spec, spec.reference);
             s.strategy = "reference";
             s.note = "the job's reference config: the baseline for durations and accuracy";
+            launch_trial(run, *dev, s, true);
+            continue;
+          }
+        }
+      } else if (!levels_ready) {
+        if (level_missing && !ref_failed && slots > 0) {
+          if (std::optional<int> dev = acquire_device()) {
+            search::Suggestion s;
+            s.config = space_view(spec, spec.reference);
+            s.strategy = "reference";
+            s.fidelity = *level_missing;
+            s.note = "the job's reference config at this fidelity level: the baseline its screening runs compare with";
             launch_trial(run, *dev, s, true);
             continue;
           }

@@ -12,6 +12,7 @@
 #include "core/launch_config.h"
 #include "core/synthetic_presets.h"
 #include "daemon/data_roots.h"
+#include "daemon/fidelity.h"
 #include "daemon/model_facts.h"
 #include "daemon/request_limits.h"
 #include "search/strategy.h"
@@ -292,7 +293,8 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (!root.IsMap()) return Status::Invalid("spec_yaml: the job spec must be a YAML mapping (model, space, ...)");
   if (Status s = check_keys(root, "", {"name", "model", "backend", "strategy", "seed", "budget", "parallel_trials",
                                        "trial_timeout_s", "workload", "accuracy", "scoring", "reference", "fixed",
-                                       "space", "warm_start", "layer_overrides", "submissions", "serving"});
+                                       "space", "warm_start", "layer_overrides", "submissions", "serving",
+                                       "multi_fidelity"});
       !s.ok())
     return s;
 
@@ -368,6 +370,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (!accuracy.ok()) return accuracy.status();
   spec.accuracy = accuracy.value();
   spec.accuracy_proxy = spec.accuracy["model"].IsDefined();
+  if (Status s = parse_multi_fidelity(root["multi_fidelity"], &spec); !s.ok()) return s;
 
   if (root["scoring"].IsDefined() && !root["scoring"].IsNull()) {
     Result<search::ScoringSpec> sc = search::ScoringSpec::parse(root["scoring"], "scoring");

@@ -48,6 +48,9 @@ struct JobSpec {
   std::optional<search::ServingSpec> serving;   // `serving: {engine, base_args}`: the bundle export's target
   bool accuracy_proxy = false;   // accuracy.model: accuracy measured on that trained model, durations on `model`
   std::vector<std::string> warnings;   // told at submission and with the job (e.g. a gate on random weights)
+  // `multi_fidelity:` (daemon/fidelity.h): workload fractions ascending to 1, and the promotion ratio; empty: off.
+  std::vector<double> fidelity_levels;
+  int fidelity_eta = 3;
 };
 
 // Documented ranges of the spec's durations (docs/FORMATS.md): beyond them a clock would overflow, not wait.

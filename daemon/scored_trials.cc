@@ -13,8 +13,13 @@ bool counts_for_budget(const TrialRecord& t) {
   return true;
 }
 
-ScoredTrials::ScoredTrials(search::ScoringSpec scoring) : scoring_(std::move(scoring)) {
+namespace {
+bool full(const TrialRecord& t) { return t.fidelity >= 1.0 - 1e-9; }
+}  // namespace
+
+ScoredTrials::ScoredTrials(search::ScoringSpec scoring) : scoring_(std::move(scoring)), level_scoring_(scoring_) {
   reference_s_ = search::reference_durations(scoring_, {});
+  level_scoring_.target_s = {};
 }
 
 void ScoredTrials::reset(std::vector<TrialRecord> trials) {
@@ -39,7 +44,7 @@ const TrialRecord& ScoredTrials::put(TrialRecord t) {
     rescore_all();
   } else {
     score_one(slot);
-    if (slot.status == TrialStatus::kComplete) {
+    if (slot.status == TrialStatus::kComplete && full(slot)) {
       const TrialRecord* b = best();
       if (!b || slot.score > b->score || (slot.score == b->score && slot.number < b->number)) best_ = slot.number;
     } else if (best_ == n) {
@@ -76,7 +81,7 @@ void ScoredTrials::count(const TrialRecord& t, int sign) {
   if (t.status == TrialStatus::kRunning) running_ += sign;
   if (t.status == TrialStatus::kComplete) complete_ += sign;
   if (counts_for_budget(t)) counted_ += sign;
-  if (t.is_reference && t.status == TrialStatus::kComplete) reference_complete_ += sign;
+  if (t.is_reference && t.status == TrialStatus::kComplete && full(t)) reference_complete_ += sign;
   if (finished && t.finished_ms > t.started_ms) {
     finished_s_ += sign * (t.finished_ms - t.started_ms) / 1000.0;
     finished_n_ += sign;
@@ -86,6 +91,15 @@ void ScoredTrials::count(const TrialRecord& t, int sign) {
 void ScoredTrials::score_one(TrialRecord& t) const {
   if (t.status != TrialStatus::kComplete) {
     t.score = t.gate = 0;
+    return;
+  }
+  if (!full(t)) {
+    auto it = level_reference_s_.find(t.fidelity);
+    const search::Score s = it == level_reference_s_.end()
+                                ? search::Score{}
+                                : search::score(level_scoring_, metrics_of(t), it->second);
+    t.score = s.final_score;
+    t.gate = s.gate;
     return;
   }
   const search::Score s = search::score(scoring_, metrics_of(t), reference_s_);
@@ -103,7 +117,7 @@ void ScoredTrials::find_best() {
   best_ = -1;
   double best_score = -std::numeric_limits<double>::infinity();
   for (const auto& [n, t] : trials_) {
-    if (t.status == TrialStatus::kComplete && t.score > best_score) {
+    if (t.status == TrialStatus::kComplete && full(t) && t.score > best_score) {
       best_score = t.score;
       best_ = n;
     }
@@ -112,12 +126,18 @@ void ScoredTrials::find_best() {
 
 bool ScoredTrials::lower_reference(const TrialRecord& t) {
   const search::TrialMetrics m = metrics_of(t);
+  const bool at_full = full(t);
+  std::array<double, search::kTiers>* ref = &reference_s_;
+  if (!at_full) {
+    auto [it, fresh] = level_reference_s_.try_emplace(t.fidelity, search::reference_durations(level_scoring_, {}));
+    ref = &it->second;
+  }
   bool moved = false;
   for (int k = 0; k < search::kTiers; ++k) {
-    if (scoring_.target_s[k]) continue;
+    if (at_full && scoring_.target_s[k]) continue;
     const double d = m.duration_s[k];
-    if (std::isfinite(d) && d > 0 && !(d >= reference_s_[k])) {
-      reference_s_[k] = d;
+    if (std::isfinite(d) && d > 0 && !(d >= (*ref)[k])) {
+      (*ref)[k] = d;
       moved = true;
     }
   }

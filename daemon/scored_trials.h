@@ -3,6 +3,10 @@
 // trials only when the new trial moves a reference duration, and scores just the new trial otherwise; the
 // counts a job view needs are kept as trials come and go. The job runner holds one per active job, so
 // neither its turns nor the events it publishes re-read or rescore the job from the store.
+//
+// Multi-fidelity: only full-fidelity trials (fidelity 1) set the reference durations, can be best() and count
+// as the complete reference; a low-fidelity trial is scored against the best durations of its own level
+// (its workload is shortened, so its seconds compare with that level's only; user targets are for the full run).
 #pragma once
 
 #include <array>
@@ -30,7 +34,7 @@ class ScoredTrials {
 
   const std::map<int64_t, TrialRecord>& all() const { return trials_; }
   const TrialRecord* find(int64_t number) const;
-  const TrialRecord* best() const;                 // the highest-scoring COMPLETE trial; nullptr if none
+  const TrialRecord* best() const;                 // the highest-scoring COMPLETE full-fidelity trial, or nullptr
   std::vector<TrialRecord> list() const;           // every trial, numbers ascending
 
   int done() const { return done_; }               // COMPLETE + FAILED
@@ -54,8 +58,10 @@ class ScoredTrials {
   bool lower_reference(const TrialRecord& t);
 
   search::ScoringSpec scoring_;
+  search::ScoringSpec level_scoring_;   // scoring_ without user targets, for low-fidelity levels
   std::map<int64_t, TrialRecord> trials_;
   std::array<double, search::kTiers> reference_s_{};
+  std::map<double, std::array<double, search::kTiers>> level_reference_s_;   // per fidelity level below 1
   int64_t best_ = -1;
   int done_ = 0, failed_ = 0, running_ = 0, counted_ = 0, complete_ = 0, reference_complete_ = 0;
   double finished_s_ = 0;

@@ -94,7 +94,7 @@ constexpr const char* kTrialColumns =
     "t.job_id, t.number, t.status, t.params_json, t.relative_accuracy, t.accuracy_metric, t.score, t.gate, "
     "t.error, t.started_ms, t.finished_ms, t.log_tail, t.engine_build, t.device, t.peak_memory_bytes, "
     "t.suggestion_json, t.result_json, t.is_reference, t.failure_kind, t.failure_code, "
-    "t.slurm_job_id, t.accuracy_proxy";
+    "t.slurm_job_id, t.accuracy_proxy, t.fidelity";
 
 TrialRecord read_trial(const Statement& q) {
   TrialRecord t;
@@ -120,6 +120,7 @@ TrialRecord read_trial(const Statement& q) {
   t.failure_code = static_cast<int>(q.int64(19));
   t.slurm_job_id = q.int64(20);
   t.accuracy_proxy = q.int64(21) != 0;
+  t.fidelity = q.real(22);
   return t;
 }
 
@@ -483,7 +484,8 @@ Status Store::insert_trial(const TrialRecord& t) {
   Connection& c = *lease.value();
   auto q = Statement::prepare(c,
                               "INSERT INTO trials (job_id, number, status, params_json, started_ms, "
-                              "suggestion_json, engine_build, device, is_reference) VALUES (?,?,?,?,?,?,?,?,?)");
+                              "suggestion_json, engine_build, device, is_reference, fidelity) "
+                              "VALUES (?,?,?,?,?,?,?,?,?,?)");
   if (!q.ok()) return q.status();
   q.value()
       .bind(1, t.job_id)
@@ -494,7 +496,8 @@ Status Store::insert_trial(const TrialRecord& t) {
       .bind(6, t.suggestion_json)
       .bind(7, t.engine_build)
       .bind(8, t.device)
-      .bind(9, t.is_reference ? 1 : 0);
+      .bind(9, t.is_reference ? 1 : 0)
+      .bind(10, t.fidelity);
   Status s = q.value().run();
   if (!s.ok()) {
     int code = q.value().last_error_code();
@@ -673,11 +676,12 @@ Result<std::vector<TrialRecord>> Store::find_trials(const TrialQuery& query) con
   const bool by_tier = key == "c1" || key == "c8" || key == "cinf";
   if (by_tier) {
     sql += " LEFT JOIN trial_tiers k ON k.job_id = t.job_id AND k.number = t.number AND k.tier = ?3";
-    order = std::string("(t.status <> 'COMPLETE' OR k.duration_s IS NULL), k.duration_s ") + dir + ", t.number";
+    order = std::string("(t.status <> 'COMPLETE' OR k.duration_s IS NULL), (t.fidelity < 1), k.duration_s ") + dir +
+            ", t.number";
   } else if (key == "score") {
-    order = std::string("(t.status <> 'COMPLETE'), t.score ") + dir + ", t.number";
+    order = std::string("(t.status <> 'COMPLETE'), (t.fidelity < 1), t.score ") + dir + ", t.number";
   } else if (key == "accuracy") {
-    order = std::string("(t.status <> 'COMPLETE'), t.relative_accuracy ") + dir + ", t.number";
+    order = std::string("(t.status <> 'COMPLETE'), (t.fidelity < 1), t.relative_accuracy ") + dir + ", t.number";
   } else {
     order = std::string("t.number ") + dir;
   }
@@ -742,7 +746,7 @@ std::vector<TrialRecord> Store::trials_for_device_key(const std::string& device_
   if (!tx.ok()) return {};
   auto q = Statement::prepare(c, std::string("SELECT ") + kTrialColumns +
                                      " FROM trials t JOIN jobs j ON j.id = t.job_id WHERE j.device_key = ? AND "
-                                     "t.job_id <> ? AND t.status = 'COMPLETE' ORDER BY j.created_ms, j.rowid, "
+                                     "t.job_id <> ? AND t.status = 'COMPLETE' AND t.fidelity >= 1 ORDER BY j.created_ms, j.rowid, "
                                      "t.number");
   if (!q.ok()) return {};
   q.value().bind(1, device_key).bind(2, exclude_job);

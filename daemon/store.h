@@ -81,6 +81,8 @@ struct TrialRecord {
   std::map<std::string, std::string> env;   // the timing-relevant environment the worker ran with
   bool accuracy_proxy = false;     // relative_accuracy was measured on a proxy model (accuracy.model), not this one
   int64_t slurm_job_id = 0;        // the Slurm job it runs as (executor: slurm); 0 for the local executor
+  double fidelity = 1.0;           // the workload fraction it ran (multi_fidelity); 1 = the full run, the only
+                                   // one that is ranked, exported, planned and warm-starts other jobs
 };
 
 struct OfficialResult {
@@ -133,7 +135,8 @@ class Store {
   // leaves them empty / 0; every other field is written as given.
   Status finish_trial(const TrialRecord& t);
   Result<TrialRecord> get_trial(const std::string& job_id, int64_t number) const;
-  // Non-COMPLETE trials have no metrics: ordering by anything but number puts them last, either direction.
+  // Non-COMPLETE trials have no metrics: ordering by anything but number puts them last, either direction,
+  // and low-fidelity trials (shortened workloads, not comparable) after the full-fidelity ones.
   // Ties are broken by number. limit <= 0: no limit. An invalid order_by gives an empty list; see find_trials.
   std::vector<TrialRecord> list_trials(const TrialQuery& q) const;
   // As list_trials, but an invalid query is an error naming the field and its allowed values.
@@ -141,7 +144,7 @@ class Store {
   static Status check_query(const TrialQuery& q);
   int count_trials(const std::string& job_id, std::optional<TrialStatus> status) const;
   int64_t next_trial_number(const std::string& job_id) const;
-  // COMPLETE trials of other jobs with the same device_key (warm start).
+  // COMPLETE full-fidelity trials of other jobs with the same device_key (warm start).
   std::vector<TrialRecord> trials_for_device_key(const std::string& device_key,
                                                  const std::string& exclude_job) const;
 

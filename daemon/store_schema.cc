@@ -148,6 +148,12 @@ ALTER TABLE trials ADD COLUMN slurm_job_id INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE trials ADD COLUMN accuracy_proxy INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// v7: the fidelity each trial ran at (multi_fidelity: the fraction of the job's workload; 1 = the full run,
+// which every earlier trial was).
+constexpr const char* kV7 = R"sql(
+ALTER TABLE trials ADD COLUMN fidelity REAL NOT NULL DEFAULT 1.0 CHECK (fidelity > 0 AND fidelity <= 1);
+)sql";
+
 Result<int> read_version(Connection& c) {
   auto exists = Statement::prepare(c, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
   if (!exists.ok()) return exists.status();
@@ -172,6 +178,7 @@ const std::vector<Migration>& migrations() {
       {4, "typed trial facts: failure kind, reference flag, kernel plans, environment", kV4},
       {5, "the Slurm job each trial runs as; proxy accuracy flag", kV5},
       {6, "text repaired to valid UTF-8 (bad bytes stored by older builds become U+FFFD)", "", repair_text_encoding},
+      {7, "the fidelity (workload fraction) of each trial", kV7, nullptr},
   };
   return kMigrations;
 }

@@ -43,7 +43,8 @@ Result<SubmissionPlan> plan_submissions(JobManager& jobs, const std::string& job
   std::vector<const TrialRecord*> complete;
   std::vector<search::TrialMetrics> observed;
   for (size_t i = 0; i < state.trials.size(); ++i) {
-    if (state.trials[i].status != TrialStatus::kComplete) continue;
+    // Full-fidelity runs only: a screening run's durations are of a shortened workload.
+    if (state.trials[i].status != TrialStatus::kComplete || state.trials[i].fidelity < 1.0) continue;
     complete.push_back(&state.trials[i]);
     configs.push_back(state.history[i].config);
     observed.push_back(metrics_of(state.trials[i]));

@@ -161,6 +161,7 @@ void to_proto(const TrialRecord& t, pb::Trial* out) {
   out->set_relative_accuracy(t.relative_accuracy);
   out->set_accuracy_metric(t.accuracy_metric);
   out->set_accuracy_proxy(t.accuracy_proxy);
+  out->set_fidelity(t.fidelity);
   out->set_score(t.score);
   out->set_gate(t.gate);
   out->set_error(t.error);
@@ -328,6 +329,9 @@ grpc::Status TunerService::ListTrials(grpc::ServerContext*, const pb::ListTrials
         if (key != "number") {
           const bool ca = a->status == TrialStatus::kComplete, cb = b->status == TrialStatus::kComplete;
           if (ca != cb) return ca;
+          // Rankings are of full runs: screening runs (shortened workloads) follow them.
+          const bool fa = a->fidelity >= 1.0, fb = b->fidelity >= 1.0;
+          if (fa != fb) return fa;
         }
         double va = value(*a), vb = value(*b);
         if (va != vb) return desc ? va > vb : va < vb;
@@ -380,6 +384,11 @@ grpc::Status TunerService::ExportConfig(grpc::ServerContext*, const pb::ExportCo
   if (t.value().status != TrialStatus::kComplete)
     return to_grpc(Status::Precondition("trial: trial " + std::to_string(t.value().number) + " is " +
                                         to_string(t.value().status) + "; only COMPLETE trials are exported"));
+  if (t.value().fidelity < 1.0)
+    return to_grpc(Status::Precondition("trial: trial " + std::to_string(t.value().number) + " ran at fidelity " +
+                                        std::to_string(t.value().fidelity) +
+                                        " (a screening run of a shortened workload); only full-fidelity trials are "
+                                        "exported"));
   Result<std::shared_ptr<const JobSpec>> spec = jobs_.spec_of(req->job_id());
   if (!spec.ok()) return to_grpc(spec.status());
   const TrialRecord& tr = t.value();

@@ -1,6 +1,7 @@
 // trials, show, best, export.
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -104,10 +105,16 @@ int run_trials(Client& client, const TrialsOptions& o) {
   const std::vector<std::string> tiers = tier_names(ptrs);
   const bool any_error =
       std::any_of(trials.begin(), trials.end(), [](const v1::Trial& t) { return !t.error().empty(); });
+  // A multi-fidelity job's screening runs: their fidelity shown, since their seconds and score are of a
+  // shortened workload (a daemon from before fidelities sends 0: every trial a full run).
+  auto fidelity_of = [](const v1::Trial& t) { return t.fidelity() > 0 ? t.fidelity() : 1.0; };
+  const bool any_screening =
+      std::any_of(trials.begin(), trials.end(), [&](const v1::Trial& t) { return fidelity_of(t) < 1.0; });
 
   Table table;
   table.add_column("#", Table::kRight);
   table.add_column("status");
+  if (any_screening) table.add_column("fidelity", Table::kRight);
   for (const auto& k : knobs) table.add_column(knob_header(k), Table::kRight);
   for (const auto& tier : tiers) table.add_column(tier + " s", Table::kRight);
   table.add_column("acc", Table::kRight);
@@ -117,6 +124,11 @@ int run_trials(Client& client, const TrialsOptions& o) {
   for (const auto& t : trials) {
     const bool complete = t.status() == v1::TRIAL_COMPLETE;
     std::vector<std::string> row = {std::to_string(t.number()), status_name(t.status())};
+    if (any_screening) {
+      char f[32];
+      std::snprintf(f, sizeof f, "%.3g", fidelity_of(t));
+      row.push_back(f);
+    }
     for (const auto& k : knobs) {
       auto it = t.params().find(k);
       row.push_back(it == t.params().end() ? "-" : it->second);
@@ -149,6 +161,12 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
 
   std::cout << "trial " << t.number() << " of job " << t.job_id() << ": " << status_name(t.status())
             << (t.is_reference() ? " (the reference config)" : "") << "\n";
+  if (t.fidelity() > 0 && t.fidelity() < 1.0) {
+    char f[200];
+    std::snprintf(f, sizeof f, "%.3g: a screening run of a shortened workload (its score is relative to the same "
+                  "level's runs, never ranked with full runs)", t.fidelity());
+    std::cout << key("fidelity") << f << "\n";
+  }
   if (t.status() == v1::TRIAL_COMPLETE) {
     std::cout << key("score") << fmt_score(t.score()) << "  (C = " << fmt_gate(t.gate()) << ")\n";
     std::cout << key("accuracy") << fmt_accuracy(t.relative_accuracy())

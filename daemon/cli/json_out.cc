@@ -93,6 +93,7 @@ Json to_json(const v1::Trial& t, bool full) {
   out["relative_accuracy"] = t.relative_accuracy();
   out["accuracy_metric"] = t.accuracy_metric();
   out["accuracy_proxy"] = t.accuracy_proxy();
+  out["fidelity"] = t.fidelity() > 0 ? t.fidelity() : 1.0;   // 0: a daemon from before fidelities, all full runs
   out["score"] = t.score();
   out["gate"] = t.gate();
   out["error"] = t.error();

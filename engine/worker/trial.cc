@@ -27,7 +27,8 @@ Result<TrialSpec> load_trial(const std::string& path) {
     return Status::Invalid("trial: " + path + " cannot be read as YAML: " + e.what());
   }
   if (!root.IsMap()) return Status::Invalid("trial: " + path + " is not a YAML mapping");
-  static const char* kKeys[] = {"model", "backend", "seed", "launch", "layer_overrides", "workload", "tiers", "accuracy", "calibration", "reference", "name"};
+  static const char* kKeys[] = {"model", "backend", "seed", "launch", "layer_overrides", "workload", "tiers", "accuracy", "calibration", "reference", "name",
+                                "fidelity"};   // fidelity: soartuned's record of the workload fraction this file runs
   for (const auto& kv : root) {
     const std::string k = kv.first.as<std::string>();
     // Unknown top-level keys are tolerated (a newer exporter may add some); knobs inside launch are not.
