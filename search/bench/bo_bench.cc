@@ -8,9 +8,17 @@
 //           Measurement noise: 2% on durations (log-normal), 0.3 points on accuracy.
 //   replay  A table of real trials of our engine (search/bench/data/tiny_engine_trials.csv, made by
 //           run_tiny_grid.py there): the space is the table's grid, a trial returns the table's row.
+//   fidelity  (--landscape fidelity) A multi-fidelity table of real trials (search/bench/data/
+//           tiny_fidelity_trials.csv, made by run_tiny_fidelity_grid.py there): every config at every level, with
+//           the wall time each run took. Strategies are compared on simulated device time (the sum of the wall
+//           times of the runs they ask for) until a FULL-fidelity run of a config within 1% of the best gated
+//           score (of the full level) is made: multi-fidelity Bayesian (ASHA promotion + fidelity-aware GP),
+//           multi-fidelity random (ASHA alone), full-fidelity Bayesian, full-fidelity random. Like the daemon,
+//           the multi-fidelity runs start with the reference config at every level.
 //
-// Usage: bo_bench [--landscape race|replay|all] [--seeds N] [--budget N] [--csv PATH]
+// Usage: bo_bench [--landscape race|replay|all|fidelity] [--seeds N] [--budget N] [--csv PATH]
 //                 [--export-landscape PATH] [--timing-only] [--within PCT (default 1)]
+//                 [--fidelity-table PATH] [--eta N] [--levels a,b,..,1 (default: the table's)]
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -19,7 +27,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <sstream>
@@ -30,6 +40,8 @@
 
 #include "search/bayes_models.h"
 #include "search/bayes_strategy.h"
+#include "search/multi_fidelity.h"
+#include "search/random_strategy.h"
 #include "search/space.h"
 #include "search/strategy.h"
 
@@ -346,6 +358,260 @@ int run_grid(const Landscape& L, uint64_t seed, int budget) {
   return budget + 1;
 }
 
+// ---- multi-fidelity replay ----
+
+struct FidelityLandscape {
+  Landscape full;                                              // the full level: space, targets
+  std::vector<double> levels;                                  // ascending, ending with 1
+  std::map<double, std::map<std::string, Truth>> truth;        // level -> config key -> row
+  std::map<double, std::map<std::string, double>> wall_s;      // level -> config key -> the run's wall time
+};
+
+// Columns: the knobs, then fidelity, d_c1, d_c8, d_cinf, accuracy_pct, failed, wall_s. Configs missing a level
+// are left out (a recording stopped mid-config).
+bool fidelity_landscape(const std::string& path, FidelityLandscape* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header;
+  {
+    std::stringstream ss(line);
+    std::string f;
+    while (std::getline(ss, f, ',')) header.push_back(f);
+  }
+  const int nk = static_cast<int>(header.size()) - 7;
+  if (nk <= 0 || header[static_cast<size_t>(nk)] != "fidelity") return false;
+  auto F = std::make_shared<FidelityLandscape>();
+  std::map<std::string, Config> configs;
+  std::map<std::string, int> levels_seen;
+  std::set<double> levels;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string x;
+    while (std::getline(ss, x, ',')) f.push_back(x);
+    if (static_cast<int>(f.size()) != nk + 7) continue;
+    Config c;
+    for (int k = 0; k < nk; ++k) c[header[k]] = value_from_text(f[k]);
+    const double level = std::stod(f[nk]);
+    Truth t;
+    for (int k = 0; k < kTiers; ++k) t.metrics.duration_s[k] = std::stod(f[nk + 1 + k]);
+    t.metrics.relative_accuracy_pct = std::stod(f[nk + 4]);
+    t.failed = f[nk + 5] == "1";
+    const std::string key = config_key(c);
+    configs[key] = c;
+    levels.insert(level);
+    F->truth[level][key] = t;
+    F->wall_s[level][key] = std::stod(f[nk + 6]);
+  }
+  F->levels.assign(levels.begin(), levels.end());
+  if (F->levels.size() < 2 || F->levels.back() != 1.0) return false;
+  // The space: each knob's values over the configs complete at every level, in the order first seen.
+  std::vector<std::vector<std::string>> order(static_cast<size_t>(nk));
+  std::set<std::string> complete;
+  for (const auto& [key, c] : configs) {
+    bool all = true;
+    for (double l : F->levels) all = all && F->truth[l].count(key);
+    if (!all) continue;
+    complete.insert(key);
+  }
+  for (const auto& [key, c] : configs) {
+    if (!complete.count(key)) continue;
+    for (int k = 0; k < nk; ++k) {
+      const std::string v = to_text(c.at(header[k]));
+      if (std::find(order[k].begin(), order[k].end(), v) == order[k].end()) order[k].push_back(v);
+    }
+  }
+  std::string yaml;
+  for (int k = 0; k < nk; ++k) {
+    std::vector<std::string>& o = order[static_cast<size_t>(k)];
+    std::sort(o.begin(), o.end(), [](const std::string& a, const std::string& b) {
+      char* ea = nullptr;
+      char* eb = nullptr;
+      const double da = std::strtod(a.c_str(), &ea), db = std::strtod(b.c_str(), &eb);
+      if (*ea == 0 && *eb == 0) return da > db;   // numbers: largest first (the 16-bit, bf16 reference side)
+      return a < b;
+    });
+    yaml += header[k] + ": {type: choice, values: [";
+    for (size_t i = 0; i < o.size(); ++i) yaml += (i ? ", " : "") + o[i];
+    yaml += "]}\n";
+  }
+  Landscape& L = F->full;
+  L.name = "fidelity";
+  L.space = parse_space(yaml);
+  // The recorded reference config (run_tiny_fidelity_grid.py: 16-bit weights, group 128, bf16 KV, batch 8).
+  L.reference = {{"weight_bits", int64_t{16}}, {"weight_group_size", int64_t{128}}, {"attn_weight_bits", int64_t{0}},
+                 {"kv_cache_dtype", std::string("bf16")}, {"max_running_requests", int64_t{8}}};
+  L.duration_noise = 0;
+  L.accuracy_noise = 0;
+  const FidelityLandscape* raw = F.get();
+  L.truth = [raw, complete](const Config& c) {
+    const std::string key = config_key(c);
+    if (!complete.count(key)) return Truth{true, {}};
+    return raw->truth.at(1.0).at(key);
+  };
+  finish(L);
+  // Keep only the table's configs (the space's grid may hold combinations never recorded).
+  std::vector<Config> present;
+  for (const Config& c : L.all)
+    if (complete.count(config_key(c))) present.push_back(c);
+  L.all = std::move(present);
+  *out = *F;
+  // The truth function must point at the copy's tables.
+  const FidelityLandscape* copy = out;
+  out->full.truth = [copy, complete](const Config& c) {
+    const std::string key = config_key(c);
+    if (!complete.count(key)) return Truth{true, {}};
+    return copy->truth.at(1.0).at(key);
+  };
+  return true;
+}
+
+struct TimedResult {
+  double device_s = 0;   // simulated device time until the target was reached (inf: never)
+  int trials = 0;        // runs made until then, every level counted
+  int full_runs = 0;
+  int unrecorded = 0;    // suggestions of configs the table lacks (rejected at no cost)
+};
+
+// One search on the multi-fidelity table, one device: runs until a full-fidelity run of a config within the
+// target, or `budget` runs. `levels` empty: every run at full fidelity.
+TimedResult run_timed(const FidelityLandscape& F, Strategy& s, uint64_t seed, int budget,
+                      const std::vector<double>& levels, int eta) {
+  const Landscape& L = F.full;
+  SearchProblem p;
+  p.space = L.space;
+  p.scoring = L.scoring;
+  p.reference = L.space.canonical(L.reference, L.reference);
+  p.seed = seed;
+  p.fidelity_levels = levels;
+  p.eta = eta;
+  std::vector<Observation> hist;
+  TimedResult r;
+  auto run = [&](const Config& c, double level) {
+    const std::string key = config_key(c);
+    Observation o;
+    o.config = c;
+    o.fidelity = level;
+    auto t = F.truth.at(level).find(key);
+    if (t == F.truth.at(level).end()) {
+      // A combination of the knobs' values the table does not hold: it does not exist in this landscape, like a
+      // config can_implement rejects before any run (no device time, not a run).
+      o.outcome = Outcome::kFailed;
+      o.failure = FailureKind::kInvalidConfig;
+      hist.push_back(std::move(o));
+      ++r.unrecorded;
+      return false;
+    }
+    r.device_s += F.wall_s.at(level).at(key);
+    ++r.trials;
+    if (t->second.failed) {
+      o.outcome = Outcome::kFailed;
+      o.failure = FailureKind::kOutOfMemory;
+    } else {
+      o.outcome = Outcome::kComplete;
+      o.metrics = t->second.metrics;
+    }
+    hist.push_back(std::move(o));
+    if (level < 1.0) return false;
+    ++r.full_runs;
+    return true_score(L, c) >= g_target * L.best_score;
+  };
+  if (run(p.reference, 1.0)) return r;
+  for (double l : levels)
+    if (l < 1.0) run(p.reference, l);
+  while (r.trials < budget && r.unrecorded < 100000) {
+    std::vector<Suggestion> sug = s.ask(p, hist, 1);
+    if (sug.empty()) break;
+    const double level = levels.empty() ? 1.0 : sug[0].fidelity;
+    if (!F.truth.count(level)) {
+      std::fprintf(stderr, "fidelity %g is not a level of the table\n", level);
+      std::exit(1);
+    }
+    if (run(sug[0].config, level)) return r;
+  }
+  r.device_s = std::numeric_limits<double>::infinity();
+  return r;
+}
+
+double median_d(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int fidelity_bench(const std::string& path, int seeds, int budget, int eta, std::vector<double> levels, FILE* csv) {
+  FidelityLandscape F;
+  if (!fidelity_landscape(path, &F)) {
+    std::printf("fidelity: no multi-fidelity table at %s\n", path.c_str());
+    return 1;
+  }
+  if (levels.empty()) levels = F.levels;
+  for (double l : levels)
+    if (!F.truth.count(l)) {
+      std::printf("fidelity: level %g is not in the table (levels:", l);
+      for (double t : F.levels) std::printf(" %g", t);
+      std::printf(")\n");
+      return 1;
+    }
+  const Landscape& L = F.full;
+  int within = 0, failing = 0;
+  for (const Config& c : L.all) {
+    within += true_score(L, c) >= g_target * L.best_score;
+    failing += L.truth(c).failed;
+  }
+  std::printf("landscape fidelity: %zu configs (every level recorded), %d failing at full fidelity, %d within %.0f%% of "
+              "the best gated score %.3f\n", L.all.size(), failing, within, 100 * (1 - g_target), L.best_score);
+  for (double l : F.levels) {
+    std::vector<double> w;
+    for (const auto& [k, s] : F.wall_s.at(l)) w.push_back(s);
+    std::printf("  level %.4g: median run %.2f s of device time\n", l, median_d(w));
+  }
+  std::printf("  levels used:");
+  for (double l : levels) std::printf(" %.4g", l);
+  std::printf(", eta %d\n", eta);
+  struct Arm {
+    const char* name;
+    std::function<std::unique_ptr<Strategy>()> make;
+    bool multi;
+    int budget;
+  };
+  const int all = static_cast<int>(L.all.size()) * static_cast<int>(levels.size());
+  const std::vector<Arm> arms = {
+      {"mf-bayes", [] { return with_multi_fidelity(make_bayes_strategy()); }, true, budget},
+      {"mf-random", [] { return with_multi_fidelity(make_random_strategy()); }, true, all},
+      {"bayes", [] { return make_bayes_strategy(); }, false, budget},
+      {"random", [] { return make_random_strategy(); }, false, all},
+  };
+  std::map<std::string, double> med_s;
+  for (const Arm& a : arms) {
+    std::vector<double> secs, trials, fulls;
+    int missed = 0;
+    for (int s = 0; s < seeds; ++s) {
+      const uint64_t seed = 1000 + static_cast<uint64_t>(s);
+      auto strat = a.make();
+      const TimedResult r = run_timed(F, *strat, seed, a.budget, a.multi ? levels : std::vector<double>{}, eta);
+      secs.push_back(r.device_s);
+      trials.push_back(r.trials);
+      fulls.push_back(r.full_runs);
+      missed += !std::isfinite(r.device_s);
+      if (csv)
+        std::fprintf(csv, "fidelity,%s,%llu,%.3f,%d,%d\n", a.name, (unsigned long long)seed, r.device_s, r.trials,
+                     r.full_runs);
+    }
+    med_s[a.name] = median_d(secs);
+    std::printf("  %-9s median device time to target %8.1f s (min %.1f, max %.1f); median runs %.1f of which full "
+                "%.1f; not reached within %d runs: %d of %d\n",
+                a.name, med_s[a.name], *std::min_element(secs.begin(), secs.end()),
+                *std::max_element(secs.begin(), secs.end()), median_d(trials), median_d(fulls), a.budget, missed, seeds);
+  }
+  std::printf("  bayes / mf-bayes (device time): %.2fx; random / bayes: %.2fx; random / mf-bayes: %.2fx\n",
+              med_s["bayes"] / med_s["mf-bayes"], med_s["random"] / med_s["bayes"], med_s["random"] / med_s["mf-bayes"]);
+  return 0;
+}
+
 double median(std::vector<int> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -408,8 +674,10 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string which = "all", csv, export_path;
   std::string replay_path = std::string("search/bench/data/tiny_engine_trials.csv");
-  int seeds = 20, budget = 100, random_budget = 3000;
+  int seeds = 20, budget = 100, random_budget = 3000, eta = 3;
   bool timing_only = false;
+  std::string fidelity_path = "search/bench/data/tiny_fidelity_trials.csv";
+  std::vector<double> levels;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -422,12 +690,25 @@ int main(int argc, char** argv) {
     else if (a == "--export-landscape") export_path = next();
     else if (a == "--timing-only") timing_only = true;
     else if (a == "--within") g_target = 1.0 - std::stod(next()) / 100.0;
-    else {
+    else if (a == "--fidelity-table") fidelity_path = next();
+    else if (a == "--eta") eta = std::stoi(next());
+    else if (a == "--levels") {
+      std::stringstream ss(next());
+      std::string x;
+      while (std::getline(ss, x, ',')) levels.push_back(std::stod(x));
+    } else {
       std::fprintf(stderr, "usage: bo_bench [--landscape race|replay|all] [--seeds N] [--budget N] "
                            "[--random-budget N] [--csv PATH] [--replay-table PATH] [--export-landscape PATH] "
-                           "[--timing-only] [--within PCT]\n");
+                           "[--timing-only] [--within PCT] [--fidelity-table PATH] [--eta N] [--levels a,..,1]\n");
       return 2;
     }
+  }
+  if (which == "fidelity") {
+    FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
+    if (out) std::fprintf(out, "landscape,strategy,seed,device_s_to_1pct,runs,full_runs\n");
+    const int rc = fidelity_bench(fidelity_path, seeds, budget, eta, levels, out);
+    if (out) std::fclose(out);
+    return rc;
   }
   std::vector<Landscape> ls;
   if (which == "race" || which == "all") ls.push_back(race_landscape());

@@ -10,7 +10,10 @@ relative accuracy compares equal sample sets. A row records the tier durations, 
 trial's wall time (the simulated device time of a replayed trial). Configs run in a seeded random order and rows
 are written as they finish, so a run stopped early leaves a uniform random subset of the grid.
 
-Usage: run_tiny_fidelity_grid.py BUILD_DIR [--model DIR] [--jobs N] > tiny_fidelity_trials.csv
+Usage: run_tiny_fidelity_grid.py BUILD_DIR [--model DIR] [--jobs N] [--values KNOB=V1,V2 ...] [--skip CSV]
+           > tiny_fidelity_trials.csv
+  --values restricts a knob to some of the grid's values (repeatable); --skip leaves out configs that already
+  have all their levels in an earlier output (concatenate the two outputs' rows afterwards).
 """
 import argparse
 import concurrent.futures as cf
@@ -75,7 +78,23 @@ def main():
     ap.add_argument("--model", default=os.path.normpath(os.path.join(here, "../../../../shared/models/tiny-llama-bpe4k")))
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--limit", type=int, default=0, help="only the first N configs of the shuffled grid")
+    ap.add_argument("--values", action="append", default=[], help="KNOB=V1,V2: only these values of KNOB")
+    ap.add_argument("--skip", help="an earlier output: configs with every level there are not run again")
     a = ap.parse_args()
+    keep = {}
+    for v in a.values:
+        k, vals = v.split("=", 1)
+        if k not in KNOBS:
+            sys.exit(f"--values: {k} is not one of {', '.join(KNOBS)}")
+        keep[KNOBS.index(k)] = set(vals.split(","))
+    done = set()
+    if a.skip:
+        with open(a.skip) as fh:
+            rows = [line.strip().split(",") for line in fh if line.strip()][1:]
+        levels_of = {}
+        for r in rows:
+            levels_of.setdefault(tuple(r[:len(KNOBS)]), set()).add(r[len(KNOBS)])
+        done = {k for k, ls in levels_of.items() if len(ls) == len(LEVELS)}
     worker = os.path.join(a.build, "bin", "soartune-worker")
     tmp = tempfile.mkdtemp()
     refs = []
@@ -89,6 +108,8 @@ def main():
         refs.append(ref)
     cfgs = [REFERENCE] + [c for c in GRID if c != REFERENCE]
     random.Random(21).shuffle(cfgs)
+    cfgs = [c for c in cfgs if all(str(c[i]) in vs for i, vs in keep.items())]
+    cfgs = [c for c in cfgs if tuple(str(x) for x in c) not in done]
     if a.limit:
         cfgs = cfgs[:a.limit]
     cores = queue.Queue()
