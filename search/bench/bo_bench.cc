@@ -19,6 +19,9 @@
 // Usage: bo_bench [--landscape race|replay|all|fidelity] [--seeds N] [--budget N] [--csv PATH]
 //                 [--export-landscape PATH] [--timing-only] [--within PCT (default 1)]
 //                 [--fidelity-table PATH] [--eta N] [--levels a,b,..,1 (default: the table's)]
+//                 [--early-stop] (with replay: the early-stop rule's decisions along Bayesian searches, search/
+//                 early_stop.h: how many trials it stops, how much tier time that saves, and its false stops: a
+//                 stopped trial that would have become the new best)
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -29,6 +32,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <memory>
 #include <random>
 #include <set>
@@ -40,6 +44,7 @@
 
 #include "search/bayes_models.h"
 #include "search/bayes_strategy.h"
+#include "search/early_stop.h"
 #include "search/multi_fidelity.h"
 #include "search/random_strategy.h"
 #include "search/space.h"
@@ -612,6 +617,79 @@ int fidelity_bench(const std::string& path, int seeds, int budget, int eta, std:
   return 0;
 }
 
+// The early-stop rule replayed along Bayesian searches of a landscape (the search itself runs every trial to
+// the end, so every rule variant sees the same trials): for each trial, would the rule have stopped it after
+// its accuracy and `after_tiers` tiers, and would the completed trial have become the best so far?
+void early_stop_report(const Landscape& L, int seeds, int budget) {
+  struct Variant {
+    EarlyStopRule rule;
+    int trials = 0, stopped = 0, false_stops = 0, improving = 0, stopped_targets = 0, targets = 0;
+    double tier_s = 0, saved_s = 0;
+  };
+  std::vector<Variant> vs;
+  for (int k : {0, 1, 2})
+    for (double m : {0.0, 0.05}) vs.push_back(Variant{EarlyStopRule{k, m}});
+  for (int s = 0; s < seeds; ++s) {
+    const uint64_t seed = 1000 + static_cast<uint64_t>(s);
+    SearchProblem p;
+    p.space = L.space;
+    p.scoring = L.scoring;
+    p.reference = L.reference;
+    p.seed = seed;
+    std::vector<Observation> hist;
+    std::mt19937_64 noise(seed * 31 + 7);
+    auto strategy = make_bayes_strategy();
+    for (int trial = 1; trial <= budget; ++trial) {
+      auto sug = strategy->ask(p, hist, 1);
+      if (sug.empty()) break;
+      const Observation o = measure(L, sug[0].config, noise);
+      std::vector<TrialMetrics> before;
+      for (const Observation& h : hist)
+        if (h.outcome == Outcome::kComplete) before.push_back(h.metrics);
+      if (o.outcome == Outcome::kComplete && !before.empty()) {
+        const auto ref_before = reference_durations(L.scoring, before);
+        double incumbent = 0;
+        for (const TrialMetrics& m : before) incumbent = std::max(incumbent, score(L.scoring, m, ref_before).final_score);
+        // Would it be the best once complete (every score against the durations with it included)?
+        std::vector<TrialMetrics> after = before;
+        after.push_back(o.metrics);
+        const auto ref_after = reference_durations(L.scoring, after);
+        double best_other = 0;
+        for (const TrialMetrics& m : before) best_other = std::max(best_other, score(L.scoring, m, ref_after).final_score);
+        const bool improves = score(L.scoring, o.metrics, ref_after).final_score > best_other;
+        const bool target = true_score(L, sug[0].config) >= g_target * L.best_score;
+        double total = 0;
+        for (double d : o.metrics.duration_s) total += d;
+        for (Variant& v : vs) {
+          std::array<std::optional<double>, kTiers> measured;
+          for (int t = 0; t < std::min(v.rule.after_tiers, kTiers); ++t) measured[t] = o.metrics.duration_s[t];
+          const bool stop = should_stop_early(v.rule, L.scoring, o.metrics.relative_accuracy_pct, measured,
+                                              v.rule.after_tiers, ref_before, incumbent);
+          ++v.trials;
+          v.tier_s += total;
+          v.improving += improves;
+          v.targets += target;
+          if (!stop) continue;
+          ++v.stopped;
+          v.false_stops += improves;
+          v.stopped_targets += target;
+          for (int t = v.rule.after_tiers; t < kTiers; ++t) v.saved_s += o.metrics.duration_s[t];
+        }
+      }
+      hist.push_back(o);
+    }
+  }
+  std::printf("early stop on %s, along %d Bayesian searches of %d trials (complete trials after the first):\n",
+              L.name.c_str(), seeds, budget);
+  for (const Variant& v : vs)
+    std::printf("  after %d tier(s), margin %2.0f%%: stops %4d of %4d trials (%4.1f%%), saves %4.1f%% of tier time; "
+                "false stops %d of %d stops (%.2f%%), %d of %d trials that became the best; stopped %d of %d runs of "
+                "a target config\n",
+                v.rule.after_tiers, 100 * v.rule.margin, v.stopped, v.trials, 100.0 * v.stopped / std::max(1, v.trials),
+                100.0 * v.saved_s / std::max(1e-12, v.tier_s), v.false_stops, v.stopped,
+                100.0 * v.false_stops / std::max(1, v.stopped), v.false_stops, v.improving, v.stopped_targets, v.targets);
+}
+
 double median(std::vector<int> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -675,7 +753,7 @@ int main(int argc, char** argv) {
   std::string which = "all", csv, export_path;
   std::string replay_path = std::string("search/bench/data/tiny_engine_trials.csv");
   int seeds = 20, budget = 100, random_budget = 3000, eta = 3;
-  bool timing_only = false;
+  bool timing_only = false, early_stop = false;
   std::string fidelity_path = "search/bench/data/tiny_fidelity_trials.csv";
   std::vector<double> levels;
   for (int i = 1; i < argc; ++i) {
@@ -691,6 +769,7 @@ int main(int argc, char** argv) {
     else if (a == "--timing-only") timing_only = true;
     else if (a == "--within") g_target = 1.0 - std::stod(next()) / 100.0;
     else if (a == "--fidelity-table") fidelity_path = next();
+    else if (a == "--early-stop") early_stop = true;
     else if (a == "--eta") eta = std::stoi(next());
     else if (a == "--levels") {
       std::stringstream ss(next());
@@ -734,6 +813,10 @@ int main(int argc, char** argv) {
     }
     std::printf("exported %zu configs of %s to %s (best %.3f)\n", L.all.size(), L.name.c_str(), export_path.c_str(),
                 L.best_score);
+    return 0;
+  }
+  if (early_stop) {
+    for (const Landscape& L : ls) early_stop_report(L, seeds, budget);
     return 0;
   }
   FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
