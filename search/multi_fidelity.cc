@@ -49,7 +49,8 @@ double fidelity_coordinate(const std::vector<double>& levels, double fidelity) {
   return std::clamp(std::log(std::max(fidelity, lo) / lo) / std::log(1.0 / lo), 0.0, 1.0);
 }
 
-std::optional<Suggestion> next_promotion(const SearchProblem& problem, const std::vector<Observation>& history) {
+std::optional<Suggestion> next_promotion(const SearchProblem& problem, const std::vector<Observation>& history,
+                                         bool any_rank) {
   const std::vector<double>& levels = problem.fidelity_levels;
   if (levels.size() < 2) return std::nullopt;
   const Encoding enc(problem.space.params());
@@ -70,7 +71,7 @@ std::optional<Suggestion> next_promotion(const SearchProblem& problem, const std
   rung_scoring.target_s = {};
   for (int k = L - 2; k >= 0; --k) {
     const auto& members = rung[k];
-    const int top = static_cast<int>(members.size()) / problem.eta;
+    const int top = any_rank ? static_cast<int>(members.size()) : static_cast<int>(members.size()) / problem.eta;
     if (top == 0) continue;
     std::vector<TrialMetrics> ms;
     for (const Observation* o : members) ms.push_back(o->metrics);
@@ -90,8 +91,12 @@ std::optional<Suggestion> next_promotion(const SearchProblem& problem, const std
       s.predicted_score = -ranked[r].first;
       s.p_gate.assign(problem.scoring.gate_levels().size(), 0.0);
       char note[200];
-      std::snprintf(note, sizeof note, "promoted from fidelity %.4g to %.4g: rank %d of %zu at its level (top %d = 1/%d)",
-                    levels[k], levels[k + 1], r + 1, members.size(), top, problem.eta);
+      if (any_rank)
+        std::snprintf(note, sizeof note, "promoted from fidelity %.4g to %.4g: rank %d of %zu at its level, the best "
+                      "not yet promoted (no new config left to screen)", levels[k], levels[k + 1], r + 1, members.size());
+      else
+        std::snprintf(note, sizeof note, "promoted from fidelity %.4g to %.4g: rank %d of %zu at its level (top %d = 1/%d)",
+                      levels[k], levels[k + 1], r + 1, members.size(), top, problem.eta);
       s.note = note;
       return s;
     }
@@ -131,7 +136,13 @@ class MultiFidelityStrategy : public Strategy {
         continue;
       }
       std::vector<Suggestion> fresh = inner_->ask(problem, seen, 1);
-      if (fresh.empty()) break;
+      if (fresh.empty()) {
+        std::optional<Suggestion> p = next_promotion(problem, seen, /*any_rank=*/true);
+        if (!p) break;
+        pending(*p);
+        out.push_back(std::move(*p));
+        continue;
+      }
       Suggestion s = std::move(fresh.front());
       // The reference is the baseline of the full run; every new config is screened at the lowest level.
       s.fidelity = s.strategy == "reference" ? 1.0 : problem.fidelity_levels.front();

@@ -6,7 +6,8 @@
 // device asks for work, the highest rung with a promotion due is served first: a config is due when it ranks
 // in the top floor(n / eta) of its rung's n complete configs, has a positive score there, and has not yet run
 // (or started) at a higher level. Only when no promotion is due does the inner strategy propose a new config,
-// at the lowest level. Rung rankings score durations relative to the best of the same rung (a shortened
+// at the lowest level; once it has none left (the space is screened), the best unpromoted config of the highest
+// rung goes up whatever its rank. Rung rankings score durations relative to the best of the same rung (a shortened
 // workload's seconds are not comparable with the full run's; user targets are for the full run, so ignored).
 //
 // The Bayesian models see every level with the fidelity as one more GP input (its own length-scale, learnt
@@ -41,7 +42,10 @@ int fidelity_level_index(const std::vector<double>& levels, double fidelity);
 double fidelity_coordinate(const std::vector<double>& levels, double fidelity);
 
 // The promotion due now (ASHA, highest rung first), or nullopt. The suggestion's strategy is "promotion".
-std::optional<Suggestion> next_promotion(const SearchProblem& problem, const std::vector<Observation>& history);
+// any_rank: the best config not yet promoted whatever its rank (positive score still required): what runs once
+// the inner strategy has no new config left, so the devices keep working up to the full runs.
+std::optional<Suggestion> next_promotion(const SearchProblem& problem, const std::vector<Observation>& history,
+                                         bool any_rank = false);
 
 // Wraps a strategy: promotions first, new configs from `inner` at the lowest level. Passes straight through
 // when the problem has no fidelity levels.

@@ -125,6 +125,23 @@ TEST(MultiFidelityTest, NewConfigsStartAtTheLowestLevelAndPromotionsComeFirst) {
   EXPECT_NE(batch[1].strategy, "promotion");
 }
 
+TEST(MultiFidelityTest, OnceEveryConfigIsScreenedTheRestArePromotedBestFirst) {
+  // A two-config space: both screened, the reference at both levels; ASHA's top 1/3 of 3 is the reference.
+  SearchProblem p = problem({0.5, 1.0}, 3);
+  p.space = Space::parse(YAML::Load("weight_bits: {type: choice, values: [16, 8, 4]}")).value();
+  auto s = with_multi_fidelity(make_random_strategy());
+  std::vector<Observation> h = {complete(p.reference, 1.0, 1), complete(p.reference, 0.5, 1)};
+  Config eight = {{"weight_bits", Value{int64_t{8}}}}, four = {{"weight_bits", Value{int64_t{4}}}};
+  h.push_back(complete(eight, 0.5, 0.9));
+  h.push_back(complete(four, 0.5, 0.5));
+  std::vector<Suggestion> b = s->ask(p, h, 3);
+  ASSERT_EQ(b.size(), 2u) << "the two screened configs, then nothing";
+  EXPECT_EQ(b[0].strategy, "promotion");
+  EXPECT_EQ(b[0].config.at("weight_bits"), Value{int64_t{8}});
+  EXPECT_EQ(b[1].config.at("weight_bits"), Value{int64_t{4}});
+  EXPECT_EQ(b[1].fidelity, 1.0);
+}
+
 TEST(MultiFidelityTest, TheModelsLearnTheLowToFullRelationAndRankOnFullRunsOnly) {
   // Full-run durations are 3 x the low level's, a shift the fidelity input has to carry: a config seen only
   // at the low level is predicted at its full-run duration.
