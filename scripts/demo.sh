@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The soartune demo: starts soartuned on a temporary database and a free port, submits configs/jobs/demo.yaml
-# with the soartune CLI, follows it live, prints the trials and the best config, writes the best config to
+# (the trained demo model in configs/models/kjv-llama) with the soartune CLI, follows it live, prints the trials
+# and the best config, checks that the best is not the reference config trial 0, writes the best config to
 # ./demo-best.yaml (re-run it with: soartune-worker --trial demo-best.yaml), then stops the daemon (SIGTERM).
 # The dashboard is on http://127.0.0.1:8700/ while it runs (a free port if 8700 is taken); --serve keeps the
 # daemon and the dashboard up after the job until Ctrl-C.
@@ -40,10 +41,11 @@ trap 'exit 130' INT TERM
 echo "== starting soartuned (temporary database in $tmp)"
 http_listen=127.0.0.1:8700
 (exec 3<>/dev/tcp/127.0.0.1/8700) 2>/dev/null && http_listen=127.0.0.1:0   # 8700 taken: a free port
-"$bin/soartuned" --config "$repo/configs/daemon.yaml" --port 0 --port-file "$tmp/port" \
+# In the repository, so the job's relative paths (the shipped model and its accuracy set) resolve there.
+(cd "$repo" && exec "$bin/soartuned" --config "$repo/configs/daemon.yaml" --port 0 --port-file "$tmp/port" \
   --http-listen "$http_listen" --http-port-file "$tmp/http_port" \
   --database "$tmp/demo.db" --work-dir "$tmp/work" --worker "$bin/soartune-worker" \
-  --log-level warn 2> "$tmp/soartuned.log" &
+  --log-level warn 2> "$tmp/soartuned.log") &
 daemon_pid=$!
 for _ in $(seq 1 300); do
   [[ -s "$tmp/port" ]] && break
@@ -71,6 +73,16 @@ cli trials "$job" --sort score --desc --limit 0
 
 echo "== best config"
 cli best "$job"
+best="$(cli best "$job" --json)"
+if [[ "$(jq -r '.is_reference' <<<"$best")" != false ]]; then
+  echo "demo: the best config is the reference config (trial $(jq -r '.number' <<<"$best")): the search found" \
+       "nothing better than where it started" >&2
+  exit 1
+fi
+reference="$(cli trials "$job" --json --limit 0 | jq -c '[.trials[] | select(.is_reference)][0]')"
+echo "   the best is trial $(jq -r '.number' <<<"$best"), not the reference: score $(jq -r '.score' <<<"$best" | cut -c1-6)" \
+     "against the reference's $(jq -r '.score' <<<"$reference" | cut -c1-6), relative accuracy" \
+     "$(jq -r '.relative_accuracy' <<<"$best" | cut -c1-6)%"
 
 out="$PWD/demo-best.yaml"
 cli export "$job" -o "$out"

@@ -7,6 +7,7 @@ pkgs=(build-essential cmake pkg-config
       libeigen3-dev libcli11-dev nlohmann-json3-dev libnlopt-cxx-dev
       libcpp-httplib-dev libssl-dev nodejs npm chromium   # libssl-dev: the dashboard's HTTPS (httplib::SSLServer)
       openssl         # the TLS tests make their certificates with it
+      jq              # scripts/demo.sh reads the best trial from `soartune best --json`
       python3-numpy   # the independent GPTQ checkpoint decoder (tests/gptq_decode.py)
       munge slurmctld slurmd slurm-client)   # the Slurm executor's test starts a one-node cluster
 missing=()
