@@ -1,5 +1,5 @@
 // The dashboard in headless Chromium (Debian's chromium, driven by puppeteer-core; no browser download) against a
-// real soartuned holding a finished job and a running one (CPU jobs on synthetic:tiny). Checks that the numbers
+// real soartuned holding a finished job and a running one (CPU jobs on the shipped kjv-llama demo model). Checks that the numbers
 // on the pages equal the CLI's gRPC answers (`soartune ... --json`), that every chart has rendered marks, that a
 // finished trial reaches the open job page within 2 s, and that no page logs an error; saves screenshots.
 //
