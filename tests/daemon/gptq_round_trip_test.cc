@@ -14,6 +14,7 @@
 #include "core/worker_result.h"
 #include "daemon_process.h"
 #include "soartune/v1/tuner.grpc.pb.h"
+#include "tuner_client.h"
 
 namespace soartune::daemon {
 namespace {
@@ -22,54 +23,18 @@ namespace pb = ::soartune::v1;
 namespace fs = std::filesystem;
 using testing::Daemon;
 using testing::TempDir;
+using testing::TunerClient;
 
-class Tuner {
- public:
-  explicit Tuner(const std::string& addr)
-      : stub_(pb::Tuner::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()))) {}
-  std::string submit(const std::string& spec) {
-    grpc::ClientContext ctx;
-    pb::SubmitJobRequest req;
-    req.set_spec_yaml(spec);
-    pb::Job job;
-    const grpc::Status s = stub_->SubmitJob(&ctx, req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job.id();
-  }
-  pb::Job wait_finished(const std::string& id, int seconds) {
-    pb::Job j;
-    for (int i = 0; i < seconds * 10; ++i) {
-      grpc::ClientContext ctx;
-      pb::GetJobRequest req;
-      req.set_job_id(id);
-      stub_->GetJob(&ctx, req, &j);
-      if (j.state() == pb::JOB_SUCCEEDED || j.state() == pb::JOB_FAILED || j.state() == pb::JOB_CANCELLED) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return j;
-  }
-  std::vector<pb::Trial> trials(const std::string& id) {
-    grpc::ClientContext ctx;
-    pb::ListTrialsRequest req;
-    req.set_job_id(id);
-    req.set_page_size(100);
-    pb::ListTrialsResponse resp;
-    EXPECT_TRUE(stub_->ListTrials(&ctx, req, &resp).ok());
-    return {resp.trials().begin(), resp.trials().end()};
-  }
-  grpc::Status export_bundle(const std::string& id, int64_t trial, pb::ExportConfigResponse* out) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(240));
-    pb::ExportConfigRequest req;
-    req.set_job_id(id);
-    req.set_trial(trial);
-    req.set_format("sglang-bundle");
-    return stub_->ExportConfig(&ctx, req, out);
-  }
-
- private:
-  std::unique_ptr<pb::Tuner::Stub> stub_;
-};
+// The bundle export over gRPC (the CLI's path to it is tested in bundle_export_test.cc).
+grpc::Status export_bundle(TunerClient& tuner, const std::string& id, int64_t trial, pb::ExportConfigResponse* out) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(240));
+  pb::ExportConfigRequest req;
+  req.set_job_id(id);
+  req.set_trial(trial);
+  req.set_format("sglang-bundle");
+  return tuner.stub().ExportConfig(&ctx, req, out);
+}
 
 // The measured accuracy of a trial, read back from the worker's result the daemon stored (typed parse).
 AccuracyMeasurement accuracy_of(const pb::Trial& t) {
@@ -93,7 +58,7 @@ TEST(GptqRoundTrip, BundleCheckpointServedWithSixteenBitComputeChoosesTheMeasure
   TempDir dir;
   Daemon d(dir, {"--data-root", dir.path(), "--data-root", SOARTUNE_SHARED_DIR});
   ASSERT_TRUE(d.start()) << d.log();
-  Tuner tuner(d.addr());
+  TunerClient tuner(d.addr());
   const std::string eval = model_dir + "/eval_public.jsonl";
 
   // Job 1: the reference, then the one config the space holds (a mixed-precision GPTQ config).
@@ -116,7 +81,7 @@ TEST(GptqRoundTrip, BundleCheckpointServedWithSixteenBitComputeChoosesTheMeasure
   EXPECT_GT(quantised.top1_agreement_pct, 80.0);    // ... and kept most
 
   pb::ExportConfigResponse bundle;
-  const grpc::Status es = tuner.export_bundle(id1, 1, &bundle);
+  const grpc::Status es = export_bundle(tuner, id1, 1, &bundle);
   ASSERT_TRUE(es.ok()) << es.error_message() << "\n" << d.log();
   const std::string checkpoint = bundle.bundle_dir() + "/checkpoint";
   ASSERT_TRUE(fs::exists(checkpoint + "/model.safetensors")) << bundle.bundle_dir();
