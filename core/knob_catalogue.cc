@@ -208,27 +208,47 @@ std::vector<KnobSpec> build_catalogue() {
        unmapped("soartune lightning prefill chunk; the serving engine's kernel fixes its own"),
        get_int<&LaunchConfig::lightning_chunk>, set_int<&LaunchConfig::lightning_chunk>)
       .values = ints({32, 64, 128});
+  // How the race's MiniCPM fork of SGLang sets these (oldzhu/sglang-minicpm, read by hand): its sparse backend
+  // (python/sglang/srt/layers/attention/minicpm_backend.py, MiniCPMSparseBackend.__init__) takes topk and
+  // window_size from the model's config (the checkpoint's config.json `sparse_config`; upstream SGLang's
+  // minicpm backend reads sparse_config["topk"] / ["window_size"] the same way) and has no flag for either
+  // (--sparse-topk-scale only multiplies the config's topk); --force-dense-minicpm (server_args.py) makes the
+  // model config report no sparse attention and rewrites the minicpm_* attention backend to plain flashinfer,
+  // so the softmax layers run dense at every length.
   {
+    ServingFlag f;
+    f.rule = ServingFlag::Rule::kDisableSwitch;
+    f.flags = {"--force-dense-minicpm"};
+    f.requires_any_attention_backend = {"minicpm_flashinfer", "minicpm_flashattn"};
+    f.note = "only the MiniCPM fork's --force-dense-minicpm turns sparse attention off, and only with its "
+             "--attention-backend minicpm_flashinfer or minicpm_flashattn";
     KnobSpec& k = knob("sparse_attention", "sparse", KnobType::kBool, true,
                        "InfLLM-v2 sparse attention of the softmax layers from the model's dense_len on; false = "
                        "dense at every length",
-                       unmapped("the model's sparse_config decides it in the serving engine; no flag is known to "
-                                "turn it off (edit the checkpoint's config.json)"),
-                       get_bool<&LaunchConfig::sparse_attention>, set_bool<&LaunchConfig::sparse_attention>);
+                       f, get_bool<&LaunchConfig::sparse_attention>, set_bool<&LaunchConfig::sparse_attention>);
     k.values = {true, false};
   }
-  knob("sparse_topk", "sp_topk", KnobType::kInt, int64_t{0},
-       "key blocks chosen by score in sparse attention (besides initial and local blocks); 0 = the model's "
-       "sparse_config topk",
-       unmapped("the serving engine reads topk from the checkpoint's config.json sparse_config; no flag is known"),
-       get_int<&LaunchConfig::sparse_topk>, set_int<&LaunchConfig::sparse_topk>)
-      .values = ints({0, 16, 32, 64, 128});
-  knob("sparse_window", "sp_window", KnobType::kInt, int64_t{0},
-       "local window of sparse attention in tokens; 0 = the model's sparse_config window_size",
-       unmapped("the serving engine reads window_size from the checkpoint's config.json sparse_config; no flag "
-                "is known"),
-       get_int<&LaunchConfig::sparse_window>, set_int<&LaunchConfig::sparse_window>)
-      .values = ints({0, 512, 1024, 2048, 4096});
+  {
+    ServingFlag f;
+    f.rule = ServingFlag::Rule::kModelConfig;
+    f.config_key = "sparse_config.topk";
+    f.note = "the serving engine reads topk from the checkpoint's config.json sparse_config (no flag sets it)";
+    knob("sparse_topk", "sp_topk", KnobType::kInt, int64_t{0},
+         "key blocks chosen by score in sparse attention (besides initial and local blocks); 0 = the model's "
+         "sparse_config topk",
+         f, get_int<&LaunchConfig::sparse_topk>, set_int<&LaunchConfig::sparse_topk>)
+        .values = ints({0, 16, 32, 64, 128});
+  }
+  {
+    ServingFlag f;
+    f.rule = ServingFlag::Rule::kModelConfig;
+    f.config_key = "sparse_config.window_size";
+    f.note = "the serving engine reads window_size from the checkpoint's config.json sparse_config (no flag sets it)";
+    knob("sparse_window", "sp_window", KnobType::kInt, int64_t{0},
+         "local window of sparse attention in tokens; 0 = the model's sparse_config window_size",
+         f, get_int<&LaunchConfig::sparse_window>, set_int<&LaunchConfig::sparse_window>)
+        .values = ints({0, 512, 1024, 2048, 4096});
+  }
 
   // Kernels (CUDA backend).
   {
@@ -408,6 +428,22 @@ Result<Config> launch_config_from_yaml(const YAML::Node& node, const std::string
 std::string serving_export_refusal(const KnobSpec& knob, const Value& value) {
   auto it = knob.serving.cannot_export.find(to_text(value));
   return it == knob.serving.cannot_export.end() ? std::string() : it->second;
+}
+
+std::map<std::string, Value> model_config_overrides(const Config& launch) {
+  std::map<std::string, Value> out;
+  for (const KnobSpec& k : launch_knobs()) {
+    if (k.serving.rule != ServingFlag::Rule::kModelConfig) continue;
+    auto it = launch.find(k.name);
+    if (it != launch.end() && it->second != k.default_value) out[k.serving.config_key] = it->second;
+  }
+  return out;
+}
+
+Config config_of(const LaunchConfig& launch) {
+  Config c;
+  for (const KnobSpec& k : launch_knobs()) c[k.name] = k.get(launch);
+  return c;
 }
 
 Config default_config() {

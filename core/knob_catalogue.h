@@ -32,6 +32,7 @@ struct ServingFlag {
     kValue,         // each of `flags`, followed by the value (or its `value_map` entry; "" there omits the flag)
     kPercent,       // each of `flags`, followed by value / 100 with two decimals
     kDisableSwitch, // a bool: false -> the bare flag, true -> nothing
+    kModelConfig,   // lives in the checkpoint's config.json at `config_key`; the default value keeps the model's
   };
   Rule rule = Rule::kNone;
   std::vector<std::string> flags;
@@ -42,6 +43,11 @@ struct ServingFlag {
   // The attention backend (SGLang's --attention-backend / --decode-attention-backend) the flag needs; with any
   // other backend the export lists the knob as unmapped, with `note`.
   std::string requires_attention_backend;
+  // kDisableSwitch: the attention backends under which the switch exists (any of them); with another the
+  // export lists the knob as unmapped, with `note`. Empty: any backend.
+  std::vector<std::string> requires_any_attention_backend;
+  // kModelConfig: dotted path into the checkpoint's config.json ("sparse_config.topk").
+  std::string config_key;
   // Values the serving engine cannot be given (value text -> why). The job spec refuses them in `space:`,
   // `fixed:` and `reference:` when the job names a serving target, so the search never proposes them.
   std::map<std::string, std::string> cannot_export;
@@ -104,6 +110,13 @@ Result<Config> launch_config_from_yaml(const YAML::Node& node, const std::string
 // Why `knob` = `value` cannot be exported to the serving engine (its ServingFlag::cannot_export entry); empty
 // when it can.
 std::string serving_export_refusal(const KnobSpec& knob, const Value& value);
+
+// The checkpoint config.json entries `launch` sets: every kModelConfig knob away from its default (which keeps
+// the model's own value), as its config_key -> value, e.g. {"sparse_config.topk": 32}. The bundle's checkpoint
+// carries them (soartune-worker --write-checkpoint); the exporter names them.
+std::map<std::string, Value> model_config_overrides(const Config& launch);
+// `launch` as a knob -> value config (every knob, read through the catalogue's accessors).
+Config config_of(const LaunchConfig& launch);
 
 // The catalogue defaults: the reference config when the job spec says nothing.
 Config default_config();

@@ -200,6 +200,18 @@ Result<WorkerResult> read(const json& j) {
     r.integer(*acc, "positions", "accuracy.positions", out.accuracy.positions);
     r.boolean(*acc, "proxy", "accuracy.proxy", out.accuracy.proxy, false);
     r.string(*acc, "proxy_model", "accuracy.proxy_model", out.accuracy.proxy_model, false);
+    r.number(*acc, "top1_agreement_pct", "accuracy.top1_agreement_pct", out.accuracy.top1_agreement_pct, false);
+    r.string(*acc, "top1_digest", "accuracy.top1_digest", out.accuracy.top1_digest, false);
+  }
+  if (const json* q = r.find(j, "quantization")) {
+    if (!q->is_object()) r.wrong_type("quantization", "an object", *q);
+    else {
+      r.string(*q, "method", "quantization.method", out.quantization.method, true);
+      r.integer(*q, "calibration_sequences", "quantization.calibration_sequences", out.quantization.calibration_sequences);
+      r.integer(*q, "held_out_skipped", "quantization.held_out_skipped", out.quantization.held_out_skipped);
+      r.boolean(*q, "cached", "quantization.cached", out.quantization.cached, false);
+      r.number(*q, "seconds", "quantization.seconds", out.quantization.seconds, false);
+    }
   }
   if (r.problem) return Status::Invalid(*r.problem);
   return out;
@@ -229,6 +241,14 @@ std::string to_json(const WorkerResult& r) {
       j["accuracy"]["proxy"] = true;
       j["accuracy"]["proxy_model"] = r.accuracy.proxy_model;
     }
+    if (r.accuracy.top1_agreement_pct >= 0) j["accuracy"]["top1_agreement_pct"] = r.accuracy.top1_agreement_pct;
+    if (!r.accuracy.top1_digest.empty()) j["accuracy"]["top1_digest"] = r.accuracy.top1_digest;
+    if (!r.quantization.method.empty())
+      j["quantization"] = {{"method", r.quantization.method},
+                           {"calibration_sequences", r.quantization.calibration_sequences},
+                           {"held_out_skipped", r.quantization.held_out_skipped},
+                           {"cached", r.quantization.cached},
+                           {"seconds", r.quantization.seconds}};
     j["peak_memory_bytes"] = r.peak_memory_bytes;
     j["timings_s"] = {{"load", r.load_s}, {"accuracy", r.accuracy_s}, {"tiers", r.tiers_s}};
   }

@@ -38,6 +38,21 @@ struct AccuracyMeasurement {
   int64_t positions = 0;
   bool proxy = false;              // measured on proxy_model, not on the trial's own model
   std::string proxy_model;         // "hf:<dir>" when proxy
+  // Percent of measured positions where the candidate's teacher-forced top-1 equals the reference config's
+  // (task: along the true continuation; fidelity: = relative_pct); < 0: not reported.
+  double top1_agreement_pct = -1;
+  // FNV-1a 64 (16 hex digits) of the candidate's teacher-forced top-1 at every measured position: equal
+  // digests = the same token chosen everywhere (e.g. a checkpoint loaded back against the run that wrote it).
+  std::string top1_digest;
+};
+
+// How the trial's weights were quantised (absent from results of workers that did not say).
+struct QuantizationFacts {
+  std::string method;              // "rtn" | "gptq"; empty: not reported
+  int64_t calibration_sequences = 0;   // gptq: rows calibrated on (0 when read from the cache)
+  int64_t held_out_skipped = 0;    // gptq: calibration rows left out because their prompt is a measured row's
+  bool cached = false;             // gptq: weights read from the job's quantised-weights cache
+  double seconds = 0;
 };
 
 // A kernel choice the engine made for one op and shape (tiles, splits, variant, grid), as the plan step
@@ -60,6 +75,7 @@ struct WorkerResult {
   std::string backend, device, engine_build;
   std::vector<TierMeasurement> tiers;
   AccuracyMeasurement accuracy;
+  QuantizationFacts quantization;
   int64_t peak_memory_bytes = 0;
   double load_s = 0, accuracy_s = 0, tiers_s = 0;   // where the worker's time went
   std::vector<KernelPlan> plans;

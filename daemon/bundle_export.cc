@@ -128,7 +128,11 @@ Result<WrittenBundle> write_sglang_bundle(const DaemonConfig& cfg, const JobSpec
   if (quantised) {
     // The trial file stays beside the bundle, not in it: it is the worker's input, not part of a submission.
     const fs::path trial_file = parent / (name + ".trial.yaml");
-    if (Status s = write_file(trial_file, trial_yaml(spec, launch, ReferenceFile{}), false); !s.ok()) return s;
+    // The job's quantised-weights cache (job_manager's <work_dir>/<job>/quantized): a GPTQ trial's checkpoint is
+    // then the very weights the trial measured, not a second quantisation.
+    ReferenceFile ref;
+    ref.quant_cache = (fs::path(cfg.work_dir) / trial.job_id / "quantized").string();
+    if (Status s = write_file(trial_file, trial_yaml(spec, launch, ref), false); !s.ok()) return s;
     if (Status s = write_checkpoint(cfg, spec, trial_file, dir / "checkpoint"); !s.ok()) return s;
   }
 

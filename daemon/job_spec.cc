@@ -294,7 +294,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (Status s = check_keys(root, "", {"name", "model", "backend", "strategy", "seed", "budget", "parallel_trials",
                                        "trial_timeout_s", "workload", "accuracy", "scoring", "reference", "fixed",
                                        "space", "warm_start", "layer_overrides", "submissions", "serving",
-                                       "multi_fidelity"});
+                                       "multi_fidelity", "quantization"});
       !s.ok())
     return s;
 
@@ -371,6 +371,9 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   spec.accuracy = accuracy.value();
   spec.accuracy_proxy = spec.accuracy["model"].IsDefined();
   if (Status s = parse_multi_fidelity(root["multi_fidelity"], &spec); !s.ok()) return s;
+  Result<QuantizationSpec> quantization = parse_quantization(root["quantization"], ctx.data_roots);
+  if (!quantization.ok()) return quantization.status();
+  spec.quantization = quantization.value();
 
   if (root["scoring"].IsDefined() && !root["scoring"].IsNull()) {
     Result<search::ScoringSpec> sc = search::ScoringSpec::parse(root["scoring"], "scoring");
@@ -500,9 +503,7 @@ std::string trial_yaml(const JobSpec& spec, const Config& launch, const Referenc
   e << YAML::EndSeq;
   e << YAML::Key << "accuracy" << YAML::Value;
   emit_node(e, spec.accuracy);
-  if (!ref.quant_cache.empty())
-    e << YAML::Key << "calibration" << YAML::Value << YAML::BeginMap << YAML::Key << "cache_dir" << YAML::Value
-      << ref.quant_cache << YAML::EndMap;
+  emit_calibration(e, spec.quantization, ref.quant_cache);
   if (!ref.write.empty() || !ref.read.empty()) {
     e << YAML::Key << "reference" << YAML::Value << YAML::BeginMap;
     if (!ref.write.empty()) e << YAML::Key << "write" << YAML::Value << ref.write;

@@ -10,6 +10,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "daemon/quantization_spec.h"
 #include "search/budget_day.h"
 #include "core/knob_value.h"
 #include "search/scoring.h"
@@ -46,6 +47,7 @@ struct JobSpec {
   bool warm_start = false;
   std::optional<search::SubmissionBudget> submissions;   // `submissions: {per_day, timezone}`
   std::optional<search::ServingSpec> serving;   // `serving: {engine, base_args}`: the bundle export's target
+  QuantizationSpec quantization;   // `quantization:`: GPTQ calibration of every trial (quant_method gptq)
   bool accuracy_proxy = false;   // accuracy.model: accuracy measured on that trained model, durations on `model`
   std::vector<std::string> warnings;   // told at submission and with the job (e.g. a gate on random weights)
   // `multi_fidelity:` (daemon/fidelity.h): workload fractions ascending to 1, and the promotion ratio; empty: off.

@@ -158,6 +158,22 @@ Result<std::vector<std::string>> write_gptq_checkpoint(const ModelWeights& w, co
     return Status::Invalid("model: " + source_dir + "/config.json is not JSON: " + e.what());
   }
   config["quantization_config"] = qc;
+  for (const auto& [key, value] : options.config_overrides) {
+    json* node = &config;
+    std::string rest = key;
+    for (std::size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
+      const std::string part = rest.substr(0, dot);
+      if (!node->is_object() || !node->contains(part)) {
+        node = nullptr;
+        break;
+      }
+      node = &(*node)[part];
+    }
+    if (!node || !node->is_object()) continue;
+    if (const int64_t* i = std::get_if<int64_t>(&value)) (*node)[rest] = *i;
+    else if (const bool* b = std::get_if<bool>(&value)) (*node)[rest] = *b;
+    else (*node)[rest] = std::get<std::string>(value);
+  }
 
   fs::create_directories(out_dir, ec);
   if (ec) return Status::Internal("checkpoint dir: cannot create " + out_dir + ": " + ec.message());

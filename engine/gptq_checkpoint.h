@@ -14,9 +14,11 @@
 // qkv_proj / gate_up_proj see one config.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "core/knob_value.h"
 #include "core/status.h"
 #include "engine/weights.h"
 
@@ -25,6 +27,10 @@ namespace soartune::engine {
 struct GptqWriteOptions {
   std::string quantizer = "soartune";   // meta.quantizer: who wrote it
   std::string method = "rtn";           // meta.method: how the codes were chosen (rtn | gptq)
+  // config.json entries the trial's launch config sets (core::model_config_overrides: dotted key -> value, e.g.
+  // "sparse_config.topk" -> 32), so the served checkpoint runs what was measured. An entry whose parent object
+  // the source config lacks (no sparse_config on a Llama model) is left out: the knob changed nothing there.
+  std::map<std::string, Value> config_overrides;
 };
 
 // `w` is the model of `source_dir` after quantize_model(). `out_dir` must not exist or be empty. Returns the

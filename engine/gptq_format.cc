@@ -158,6 +158,18 @@ Result<int> gptq_zero_offset(const std::string& dir) {
   const std::string method = q.value("quant_method", std::string("gptq"));
   if (method != "gptq" && method != "gptq_marlin")
     return Status::Invalid(where + ".quant_method: " + method + " is not supported; allowed: gptq, gptq_marlin");
+  // What the engine's symmetric 4- / 8-bit representation cannot hold is refused by its key, before any
+  // tensor is read (the tensors are checked again as they load: a checkpoint may say less than it holds).
+  auto bits_ok = [](const nlohmann::json& b) { return b.is_number_integer() && (b.get<int>() == 4 || b.get<int>() == 8); };
+  if (q.contains("bits") && !bits_ok(q["bits"]))
+    return Status::Invalid(where + ".bits: " + q["bits"].dump() + " is not supported; allowed: 4, 8");
+  if (q.contains("dynamic") && q["dynamic"].is_object())
+    for (const auto& [rule, over] : q["dynamic"].items())
+      if (over.is_object() && over.contains("bits") && !bits_ok(over["bits"]))
+        return Status::Invalid(where + ".dynamic[\"" + rule + "\"].bits: " + over["bits"].dump() +
+                               " is not supported; allowed: 4, 8");
+  if (q.contains("sym") && q["sym"] == false)
+    return Status::Invalid(where + ".sym: false is not supported (asymmetric zero points); allowed: true");
   const std::string format = q.value("checkpoint_format", std::string("gptq"));
   if (format == "gptq") return 1;
   if (format == "gptq_v2") return 0;

@@ -47,7 +47,8 @@ Status read_gptq_linear(const Checkpoint& ck, const std::string& name, int out, 
 
 // The checkpoint's GPTQ zero offset from config.json quantization_config (or quantize_config.json):
 // 1 for checkpoint_format "gptq" (the default), 0 for "gptq_v2"; an error naming the key for a quant_method
-// other than gptq / gptq_marlin or another checkpoint_format.
+// other than gptq / gptq_marlin, another checkpoint_format, bits (or a `dynamic` rule's bits) other than 4 and
+// 8, and sym false.
 Result<int> gptq_zero_offset(const std::string& dir);
 
 }  // namespace soartune::engine

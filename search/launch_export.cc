@@ -1,5 +1,6 @@
 #include "search/launch_export.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <string_view>
@@ -208,9 +209,22 @@ Result<SglangMapping> sglang_mapping(const Config& launch, const std::vector<std
         }
         break;
       }
-      case core::ServingFlag::Rule::kDisableSwitch:
-        if (!std::get<bool>(v))
-          for (const std::string& flag : f.flags) m.args.push_back(flag);
+      case core::ServingFlag::Rule::kDisableSwitch: {
+        if (std::get<bool>(v)) break;
+        const auto& backends = f.requires_any_attention_backend;
+        if (!backends.empty() &&
+            std::find(backends.begin(), backends.end(), decode_backend(base_args)) == backends.end()) {
+          unmapped(k, f.note);
+          break;
+        }
+        for (const std::string& flag : f.flags) m.args.push_back(flag);
+        break;
+      }
+      case core::ServingFlag::Rule::kModelConfig:
+        if (v == k.default_value) break;   // the model's own value
+        m.model_config[f.config_key] = v;
+        m.notes.push_back(k.name + "=" + text + ": config.json " + f.config_key + " = " + text +
+                          " in the served checkpoint (" + f.note + ")");
         break;
     }
     if (auto note = f.value_notes.find(text); note != f.value_notes.end() && !note_settled(k.name, text, base_args))

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct SglangMapping {
   std::vector<std::string> args;       // flags and values, one token each: {"--kv-cache-dtype", "fp8_e4m3", ...}
   std::vector<std::string> unmapped;   // "knob=value: why", for the trailing comment
   std::vector<std::string> notes;      // caveats of mapped knobs (e.g. the quantised checkpoint they need)
+  // Entries the served checkpoint's config.json must hold (dotted key -> value; the catalogue's kModelConfig
+  // knobs away from their model's-own default), e.g. {"sparse_config.topk": 32}.
+  std::map<std::string, Value> model_config;
 };
 
 // The SGLang flags equivalent to `launch` (validated against the catalogue; errors name "launch.<knob>").

@@ -102,6 +102,15 @@ Result<BundleText> sglang_bundle(const Config& launch, const ExportSource& sourc
     rd << "\n## Notes on the mapped flags\n\n";
     for (const std::string& n : m.value().notes) rd << "- " << one_line(n) << "\n";
   }
+  if (!m.value().model_config.empty()) {
+    rd << "\n## Checkpoint config.json\n\n";
+    rd << (checkpoint_dir.empty()
+               ? "The config keeps 16-bit weights, so this bundle carries no checkpoint: set these entries in the "
+                 "served checkpoint's config.json (the serving engine reads them from there, no flag sets them):\n\n"
+               : "Written into ./" + checkpoint_dir + "/config.json (the serving engine reads them from there, no "
+                 "flag sets them):\n\n");
+    for (const auto& [key, value] : m.value().model_config) rd << "- `" << key << "`: " << to_text(value) << "\n";
+  }
   if (!m.value().unmapped.empty()) {
     rd << "\n## Not mapped to a flag (not passed to the server)\n\n";
     for (const std::string& u : m.value().unmapped) rd << "- " << one_line(u) << "\n";

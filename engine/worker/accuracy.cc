@@ -1,6 +1,7 @@
 #include "engine/worker/accuracy.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <utility>
@@ -61,10 +62,26 @@ Result<AccuracySet> load_accuracy_set(const AccuracySpec& spec, uint64_t seed, i
   return s;
 }
 
+std::string top1_digest(const std::vector<std::vector<int32_t>>& top1) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint32_t v) {
+    for (int b = 0; b < 4; ++b) h = (h ^ ((v >> (8 * b)) & 0xffu)) * 1099511628211ull;
+  };
+  for (const auto& item : top1) {
+    mix(static_cast<uint32_t>(item.size()));   // item boundaries count: [1 2][3] differs from [1][2 3]
+    for (int32_t t : item) mix(static_cast<uint32_t>(t));
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 nlohmann::json ReferenceOutputs::to_json() const {
   nlohmann::json j = {{"metric", metric}, {"positions", positions}};
-  if (metric == "task") j["accuracy"] = accuracy;
-  else {
+  if (metric == "task") {
+    j["accuracy"] = accuracy;
+    j["top1"] = top1;
+  } else {
     j["continuations"] = continuations;
     j["top1"] = top1;
   }
@@ -76,8 +93,10 @@ Result<ReferenceOutputs> ReferenceOutputs::from_json(const nlohmann::json& j) {
   try {
     r.metric = j.at("metric").get<std::string>();
     r.positions = j.at("positions").get<int64_t>();
-    if (r.metric == "task") r.accuracy = j.at("accuracy").get<double>();
-    else if (r.metric == "fidelity") {
+    if (r.metric == "task") {
+      r.accuracy = j.at("accuracy").get<double>();
+      if (j.contains("top1")) r.top1 = j.at("top1").get<std::vector<std::vector<int32_t>>>();
+    } else if (r.metric == "fidelity") {
       r.continuations = j.at("continuations").get<std::vector<std::vector<int32_t>>>();
       r.top1 = j.at("top1").get<std::vector<std::vector<int32_t>>>();
     } else {
@@ -114,17 +133,34 @@ Result<std::vector<std::vector<int32_t>>> teacher_forced(Engine& e, const std::v
   return run_and_collect(e, ids);
 }
 
-// Next-token accuracy on the true continuations (the `task` metric): {hits, positions}.
-Result<std::pair<int64_t, int64_t>> task_hits(Engine& e, const AccuracySet& set) {
+struct TaskHits {
+  int64_t hits = 0, positions = 0;
+  std::vector<std::vector<int32_t>> top1;   // per item, along its true continuation
+};
+
+// Next-token accuracy on the true continuations (the `task` metric).
+Result<TaskHits> task_hits(Engine& e, const AccuracySet& set) {
   auto top1 = teacher_forced(e, set.items, nullptr);
   if (!top1.ok()) return top1.status();
-  int64_t hits = 0, positions = 0;
+  TaskHits h;
   for (std::size_t i = 0; i < set.items.size(); ++i)
     for (std::size_t k = 0; k < set.items[i].continuation.size(); ++k) {
-      hits += top1.value()[i][k] == set.items[i].continuation[k];
-      ++positions;
+      h.hits += top1.value()[i][k] == set.items[i].continuation[k];
+      ++h.positions;
     }
-  return std::pair{hits, positions};
+  h.top1 = std::move(top1).value();
+  return h;
+}
+
+// Percent of positions where `a` and `b` hold the same token (over the shorter of each pair).
+double agreement_pct(const std::vector<std::vector<int32_t>>& a, const std::vector<std::vector<int32_t>>& b) {
+  int64_t same = 0, n = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    for (std::size_t k = 0; k < a[i].size() && k < b[i].size(); ++k) {
+      same += a[i][k] == b[i][k];
+      ++n;
+    }
+  return n ? 100.0 * static_cast<double>(same) / static_cast<double>(n) : 0.0;
 }
 
 }  // namespace
@@ -135,8 +171,9 @@ Result<ReferenceOutputs> compute_reference(Engine& e, const AccuracySet& set) {
   if (set.metric == "task") {
     auto hits = task_hits(e, set);
     if (!hits.ok()) return hits.status();
-    r.positions = hits.value().second;
-    r.accuracy = r.positions ? static_cast<double>(hits.value().first) / r.positions : 0;
+    r.positions = hits.value().positions;
+    r.accuracy = r.positions ? static_cast<double>(hits.value().hits) / r.positions : 0;
+    r.top1 = std::move(hits.value().top1);
     return r;
   }
   std::vector<int64_t> ids;
@@ -163,10 +200,12 @@ Result<AccuracyResult> evaluate_accuracy(Engine& e, const AccuracySet& set, cons
   if (set.metric == "task") {
     auto hits = task_hits(e, set);
     if (!hits.ok()) return hits.status();
-    a.positions = hits.value().second;
-    a.candidate = a.positions ? static_cast<double>(hits.value().first) / a.positions : 0;
+    a.positions = hits.value().positions;
+    a.candidate = a.positions ? static_cast<double>(hits.value().hits) / a.positions : 0;
     a.reference = ref.accuracy;
     a.relative_pct = ref.accuracy > 0 ? 100.0 * a.candidate / ref.accuracy : 0;
+    if (ref.top1.size() == set.items.size()) a.top1_agreement_pct = agreement_pct(hits.value().top1, ref.top1);
+    a.top1_digest = top1_digest(hits.value().top1);
     return a;
   }
   if (ref.continuations.size() != set.items.size())
@@ -183,6 +222,8 @@ Result<AccuracyResult> evaluate_accuracy(Engine& e, const AccuracySet& set, cons
   a.candidate = a.positions ? static_cast<double>(hits) / a.positions : 0;
   a.reference = 1.0;
   a.relative_pct = 100.0 * a.candidate;
+  a.top1_agreement_pct = a.relative_pct;   // fidelity is top-1 agreement along the reference's own text
+  a.top1_digest = top1_digest(top1.value());
   return a;
 }
 

@@ -35,7 +35,8 @@ struct ReferenceOutputs {
   double accuracy = 0;                             // task: the reference's accuracy
   int64_t positions = 0;
   std::vector<std::vector<int32_t>> continuations; // fidelity: G per item
-  std::vector<std::vector<int32_t>> top1;          // fidelity: R per item
+  std::vector<std::vector<int32_t>> top1;          // fidelity: R per item; task: the reference's teacher-forced
+                                                   // top-1 along the true continuation (absent in older files)
 
   nlohmann::json to_json() const;
   static Result<ReferenceOutputs> from_json(const nlohmann::json& j);
@@ -47,7 +48,16 @@ struct AccuracyResult {
   double candidate = 0;
   double reference = 0;
   int64_t positions = 0;
+  // Positions where the candidate's teacher-forced top-1 equals the reference's, percent; -1 when the
+  // reference outputs hold no top-1 (a reference file written before they did).
+  double top1_agreement_pct = -1;
+  // FNV-1a 64 of the candidate's teacher-forced top-1 tokens, item by item in set order, as 16 hex digits: two
+  // runs with equal digests chose the same token at every measured position.
+  std::string top1_digest;
 };
+
+// The digest of AccuracyResult::top1_digest.
+std::string top1_digest(const std::vector<std::vector<int32_t>>& top1);
 
 Result<ReferenceOutputs> compute_reference(Engine& engine, const AccuracySet& set);
 Result<AccuracyResult> evaluate_accuracy(Engine& engine, const AccuracySet& set, const ReferenceOutputs& ref);

@@ -285,6 +285,8 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
     acc.positions = r.value().positions;
     acc.candidate = acc.reference = acc.metric == "task" ? r.value().accuracy : 1.0;
     acc.relative_pct = 100.0;
+    acc.top1_agreement_pct = 100.0;
+    acc.top1_digest = top1_digest(r.value().top1);
   } else {
     auto a = evaluate_accuracy(engine, set, *reference);
     if (!a.ok()) return fail(a.status(), is_config_error(a.status()));
@@ -312,7 +314,9 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   result.device = engine.backend().device();
   result.engine_build = std::string(SOARTUNE_VERSION) + "+" + SOARTUNE_GIT_COMMIT;
   result.accuracy = {acc.metric, acc.relative_pct, acc.candidate, acc.reference, acc.positions, proxy,
-                     proxy ? trial.accuracy.model : std::string()};
+                     proxy ? trial.accuracy.model : std::string(), acc.top1_agreement_pct, acc.top1_digest};
+  result.quantization = {quantised.value().method, quantised.value().calibration_sequences,
+                         quantised.value().held_out_skipped, quantised.value().cached, quantised.value().seconds};
   result.peak_memory_bytes = static_cast<int64_t>(engine.backend().peak_memory_bytes());
   result.load_s = load_s;
   result.accuracy_s = accuracy_s;

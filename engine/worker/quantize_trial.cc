@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -14,30 +15,44 @@
 
 namespace soartune::engine::worker {
 
-namespace {
+// Calibration sequences: a named set's first rows, or the accuracy set's rows after the measured ones. Either
+// way no row whose prompt is a measured row's prompt is used (a named set may be the accuracy file itself, or
+// hold copies of its rows): GPTQ fitted to the rows it is judged on would overstate its accuracy.
+Result<CalibrationRows> calibration_sequences(const TrialSpec& t, int vocab) {
+  auto measured = load_accuracy_set(t.accuracy, t.seed, vocab);
+  if (!measured.ok()) return Status::Invalid("accuracy.set: " + measured.status().message);
+  std::set<std::vector<int32_t>> held_out;
+  for (const AccuracyItem& it : measured.value().items) held_out.insert(it.prompt);
 
-// Calibration sequences: a named set's first rows, or the accuracy set's rows after the measured ones.
-Result<std::vector<std::vector<int32_t>>> calibration_sequences(const TrialSpec& t, int vocab) {
   AccuracySpec spec = t.accuracy;
   int skip = t.accuracy.samples;
   if (!t.calibration.set.empty()) {
     spec.set = t.calibration.set;
     skip = 0;
   }
-  spec.samples = skip + t.calibration.samples;
+  // Enough rows to make up for every measured row the named set might repeat.
+  spec.samples = skip + t.calibration.samples + static_cast<int>(held_out.size());
   auto set = load_accuracy_set(spec, t.seed, vocab);
   if (!set.ok()) return Status::Invalid("calibration.set: " + set.status().message);
-  std::vector<std::vector<int32_t>> seqs;
-  for (std::size_t i = static_cast<std::size_t>(skip); i < set.value().items.size(); ++i) {
-    std::vector<int32_t> s = set.value().items[i].prompt;
-    s.insert(s.end(), set.value().items[i].continuation.begin(), set.value().items[i].continuation.end());
-    seqs.push_back(std::move(s));
+  CalibrationRows rows;
+  const auto& items = set.value().items;
+  for (std::size_t i = static_cast<std::size_t>(skip);
+       i < items.size() && static_cast<int>(rows.sequences.size()) < t.calibration.samples; ++i) {
+    if (held_out.count(items[i].prompt)) {
+      ++rows.held_out_skipped;
+      continue;
+    }
+    std::vector<int32_t> s = items[i].prompt;
+    s.insert(s.end(), items[i].continuation.begin(), items[i].continuation.end());
+    rows.sequences.push_back(std::move(s));
   }
-  if (seqs.empty())
-    return Status::Invalid("calibration.samples: " + spec.set + " has no rows after the " + std::to_string(skip) +
-                           " the accuracy is measured on; name a calibration.set");
-  return seqs;
+  if (rows.sequences.empty())
+    return Status::Invalid("calibration.samples: " + spec.set + " has no rows besides the " +
+                           std::to_string(held_out.size()) + " the accuracy is measured on; name a calibration.set");
+  return rows;
 }
+
+namespace {
 
 // Everything the quantised weights depend on.
 std::string cache_key(const TrialSpec& t) {
@@ -48,7 +63,8 @@ std::string cache_key(const TrialSpec& t) {
     << ";softmax=" << l.softmax_attn_bits << ";lightning=" << l.lightning_attn_bits << ";mlp=" << l.mlp_bits
     << ";lm_head=" << l.lm_head_bits << ";overrides=" << YAML::Dump(l.layer_overrides_yaml())
     << ";calibration=" << (t.calibration.set.empty() ? t.accuracy.set + "@" + std::to_string(t.accuracy.samples) : t.calibration.set)
-    << ";samples=" << t.calibration.samples << ";damp=" << t.calibration.damp_pct;
+    << ";samples=" << t.calibration.samples << ";damp=" << t.calibration.damp_pct
+    << ";held_out=" << t.accuracy.set << "@" << t.accuracy.samples;   // rows left out of a named set
   if (t.accuracy.set == "synthetic" && t.calibration.set.empty())
     k << ";prompt_len=" << t.accuracy.prompt_len << ";continuation_len=" << t.accuracy.continuation_len;
   return k.str();
@@ -89,12 +105,15 @@ Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& t) {
       return done();
     }
   }
-  auto seqs = calibration_sequences(t, w.config.vocab);
-  if (!seqs.ok()) return seqs.status();
-  r.calibration_sequences = static_cast<int>(seqs.value().size());
+  auto rows = calibration_sequences(t, w.config.vocab);
+  if (!rows.ok()) return rows.status();
+  r.calibration_sequences = static_cast<int>(rows.value().sequences.size());
+  r.held_out_skipped = rows.value().held_out_skipped;
+  if (r.held_out_skipped > 0)
+    spdlog::info("gptq: {} calibration rows left out: their prompts are measured rows", r.held_out_skipped);
   GptqOptions options;
   options.damp_pct = t.calibration.damp_pct;
-  if (Status s = gptq_quantize_model(w, t.launch, seqs.value(), options); !s.ok()) return s;
+  if (Status s = gptq_quantize_model(w, t.launch, rows.value().sequences, options); !s.ok()) return s;
   if (!dir.empty()) {
     if (Status s = save_quantized(w, r.cache_file, key); !s.ok()) spdlog::warn("gptq: not cached: {}", s.message);
   }

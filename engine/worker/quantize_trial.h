@@ -3,7 +3,9 @@
 // The measuring run and --write-checkpoint both call it, so an exported checkpoint holds the measured weights.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/weights.h"
@@ -16,8 +18,16 @@ struct QuantizeReport {
   bool cached = false;         // gptq: read from the cache
   std::string cache_file;      // gptq: where it is (or was written); empty when no cache dir is known
   int calibration_sequences = 0;
+  int held_out_skipped = 0;    // calibration rows left out because a measured row has the same prompt
   double seconds = 0;
 };
+
+// The rows GPTQ is calibrated on (prompt + continuation each), never one the accuracy is measured on.
+struct CalibrationRows {
+  std::vector<std::vector<int32_t>> sequences;
+  int held_out_skipped = 0;
+};
+Result<CalibrationRows> calibration_sequences(const TrialSpec& trial, int vocab);
 
 Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& trial);
 

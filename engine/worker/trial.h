@@ -25,8 +25,8 @@ struct AccuracySpec {
 // measured row), or a named .jsonl set (its first `samples` rows).
 struct CalibrationSpec {
   std::string set;                   // empty: the accuracy set, after its measured rows; else a .jsonl path
-  int samples = 32;                  // sequences (prompt + continuation)
-  double damp_pct = 1.0;             // Hessian damping, percent of the mean of its diagonal
+  int samples = 48;                  // sequences (prompt + continuation); the job default (daemon/quantization_spec.h)
+  double damp_pct = 10.0;            // Hessian damping, percent of the mean of its diagonal (the job default)
   std::string cache_dir;             // quantised weights kept per (model, method, bits, groups, overrides,
                                      // calibration); empty: no cache (the daemon names one per job)
 };

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "core/knob_catalogue.h"
 #include "engine/gptq_checkpoint.h"
 #include "engine/model_loader.h"
 #include "engine/worker/quantize_trial.h"
@@ -33,6 +34,7 @@ int write_or_throw(const std::string& trial_path, const std::string& dir) {
   GptqWriteOptions options;
   options.quantizer = std::string("soartune:") + SOARTUNE_VERSION;
   options.method = q.value().method;
+  options.config_overrides = core::model_config_overrides(core::config_of(t.launch));
   auto files = write_gptq_checkpoint(w.value(), t.model.substr(3), dir, options);
   if (!files.ok()) return fail(files.status().message);
   spdlog::info("wrote a GPTQ checkpoint of {} into {} ({} files)", t.model, dir, files.value().size());

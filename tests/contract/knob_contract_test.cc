@@ -158,9 +158,29 @@ TEST(KnobContract, EveryKnobAndValueCrossesEveryLayerUnchanged) {
           break;
         }
         case Rule::kDisableSwitch: {
+          search::SglangMapping with_backend = m.value();
+          if (!k.serving.requires_any_attention_backend.empty()) {
+            // Without a backend the switch needs, turning the feature off is said among the unmapped knobs.
+            if (!std::get<bool>(v)) EXPECT_TRUE(listed);
+            auto mb = search::sglang_mapping(stored_config.value(),
+                                             {"--attention-backend", k.serving.requires_any_attention_backend.front()});
+            ASSERT_TRUE(mb.ok()) << mb.status().message;
+            with_backend = mb.value();
+          }
           bool present = false;
-          flag_arg(m.value(), k.serving.flags.at(0), &present);
+          flag_arg(with_backend, k.serving.flags.at(0), &present);
           EXPECT_EQ(present, !std::get<bool>(v));
+          break;
+        }
+        case Rule::kModelConfig: {
+          // The checkpoint's config.json entry carries the value; the default keeps the model's own.
+          const auto it = m.value().model_config.find(k.serving.config_key);
+          if (v == k.default_value) {
+            EXPECT_TRUE(it == m.value().model_config.end()) << k.name;
+          } else {
+            ASSERT_TRUE(it != m.value().model_config.end()) << k.name;
+            EXPECT_EQ(it->second, v);
+          }
           break;
         }
       }

@@ -2,6 +2,7 @@
 
 #include "core/kernel_variants.h"
 
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -58,10 +59,18 @@ TEST(LaunchKnobsTest, SglangFlags) {
             std::vector<std::string>{"--triton-attention-num-kv-splits"});
   EXPECT_EQ(find_knob("decode_kv_splits")->serving.requires_attention_backend, "triton");
   EXPECT_EQ(find_knob("weight_bits")->serving.rule, Rule::kCheckpoint);
+  // MiniCPM-SALA's sparse knobs: the fork's dense switch, and the checkpoint's sparse_config entries.
+  EXPECT_EQ(find_knob("sparse_attention")->serving.flags, std::vector<std::string>{"--force-dense-minicpm"});
+  EXPECT_EQ(find_knob("sparse_topk")->serving.config_key, "sparse_config.topk");
+  EXPECT_EQ(find_knob("sparse_window")->serving.config_key, "sparse_config.window_size");
+  EXPECT_EQ(model_config_overrides({{"sparse_topk", int64_t{0}}, {"sparse_window", int64_t{2048}}}),
+            (std::map<std::string, Value>{{"sparse_config.window_size", int64_t{2048}}}));
   // Every knob says how it reaches the server, or why it does not.
   for (const KnobSpec& k : launch_knobs()) {
     if (k.serving.rule == Rule::kNone || k.serving.rule == Rule::kCheckpoint)
       EXPECT_FALSE(k.serving.note.empty()) << k.name;
+    else if (k.serving.rule == Rule::kModelConfig)   // a checkpoint config.json entry, no flag
+      EXPECT_TRUE(!k.serving.config_key.empty() && !k.serving.note.empty() && k.serving.flags.empty()) << k.name;
     else
       EXPECT_FALSE(k.serving.flags.empty()) << k.name;
     EXPECT_FALSE(k.short_name.empty()) << k.name;

@@ -1,6 +1,8 @@
 // Job-spec validation: a good spec parses; every bad one is rejected with an error that names its field.
 #include "daemon/job_spec.h"
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -320,6 +322,63 @@ TEST_F(JobSpecTest, SyntheticPresetIsCheckedAtSubmission) {
   // The engine builds the same shape the daemon checked.
   EXPECT_TRUE(parse(with("model", "model: synthetic:tiny-sala") + "layer_overrides: {\"7\": 8}\n").ok());
   expect_error(with("model", "model: synthetic:tiny-sala") + "layer_overrides: {\"8\": 8}\n", "layer_overrides.8");
+}
+
+}  // namespace
+}  // namespace soartune::daemon
+
+namespace soartune::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+// `quantization:` sets how GPTQ trials are calibrated; the trial file carries it (with the job's cache dir) and
+// the defaults are the measured ones; bad values name the field and the allowed range; a file set must exist
+// under the data roots.
+TEST_F(JobSpecTest, QuantizationSectionReachesTheTrialFile) {
+  JobSpec def = parse(good_spec()).value();
+  EXPECT_EQ(def.quantization.calibration_samples, kDefaultCalibrationSamples);
+  EXPECT_DOUBLE_EQ(def.quantization.damp_pct, kDefaultDampPct);
+  YAML::Node c = YAML::Load(trial_yaml(def, def.reference, ReferenceFile{"", "", "/w/quantized"}))["calibration"];
+  EXPECT_FALSE(c["set"].IsDefined());   // the accuracy set's rows after the measured ones
+  EXPECT_EQ(c["samples"].as<int>(), kDefaultCalibrationSamples);
+  EXPECT_DOUBLE_EQ(c["damp_pct"].as<double>(), kDefaultDampPct);
+  EXPECT_EQ(c["cache_dir"].as<std::string>(), "/w/quantized");
+
+  write_file(dir_.file("calib.jsonl"), "{\"prompt_ids\": [1, 2, 3]}\n");
+  soartune::Result<JobSpec> r = parse(with("quantization", "quantization: {calibration_set: " + dir_.file("calib.jsonl") +
+                                                               ", calibration_samples: 12, damp_pct: 2.5}"));
+  ASSERT_TRUE(r.ok()) << r.status().message;
+  c = YAML::Load(trial_yaml(r.value(), r.value().reference, ReferenceFile{}))["calibration"];
+  EXPECT_EQ(c["set"].as<std::string>(), fs::weakly_canonical(dir_.file("calib.jsonl")).string());
+  EXPECT_EQ(c["samples"].as<int>(), 12);
+  EXPECT_DOUBLE_EQ(c["damp_pct"].as<double>(), 2.5);
+  EXPECT_FALSE(c["cache_dir"].IsDefined());
+  ASSERT_TRUE(parse(with("quantization", "quantization: {calibration_set: accuracy}")).ok());
+
+  expect_error(with("quantization", "quantization: {calibration_samples: 0}"), "quantization.calibration_samples");
+  expect_error(with("quantization", "quantization: {calibration_samples: 5000}"), "quantization.calibration_samples");
+  expect_error(with("quantization", "quantization: {calibration_samples: many}"), "quantization.calibration_samples");
+  expect_error(with("quantization", "quantization: {damp_pct: 0}"), "quantization.damp_pct");
+  expect_error(with("quantization", "quantization: {damp_pct: 101}"), "quantization.damp_pct");
+  expect_error(with("quantization", "quantization: {damp_pct: nan}"), "quantization.damp_pct");
+  expect_error(with("quantization", "quantization: {calibration_set: wikitext}"), "quantization.calibration_set");
+  expect_error(with("quantization", "quantization: {calibration_set: " + dir_.file("none.jsonl") + "}"),
+               "quantization.calibration_set");
+  expect_error(with("quantization", "quantization: {samples: 3}"), "quantization.samples");
+  expect_error(with("quantization", "quantization: 3"), "quantization");
+  r = parse(with("quantization", "quantization: {damp_pct: 101}"));
+  EXPECT_NE(r.status().message.find("at most 100"), std::string::npos) << r.status().message;
+
+  // Outside the data roots: refused without saying whether the file exists.
+  TempDir other;
+  write_file(other.file("calib.jsonl"), "{\"prompt_ids\": [1]}\n");
+  soartune::Result<JobSpec> denied =
+      parse_job_spec(with("quantization", "quantization: {calibration_set: " + other.file("calib.jsonl") + "}"),
+                     SpecContext{dir_.file("workloads"), {dir_.path()}});
+  ASSERT_FALSE(denied.ok());
+  EXPECT_EQ(denied.status().code, soartune::Code::kPermissionDenied);
+  EXPECT_EQ(denied.status().message.rfind("quantization.calibration_set:", 0), 0u) << denied.status().message;
 }
 
 }  // namespace

@@ -301,3 +301,46 @@ TEST(GptqCheckpoint, WorkerWritesTheTrialsCheckpoint) {
 
 }  // namespace
 }  // namespace soartune::engine
+
+namespace soartune::engine {
+namespace {
+
+// The sparse-attention knobs reach the served checkpoint's config.json (the serving engine reads them only
+// there): the worker's checkpoint of the shared tiny-sala carries the trial's topk and window in its
+// sparse_config, every other sparse_config entry as the source had it; on a model without sparse_config
+// (tiny-llama-bpe4k) the knobs change nothing and none is added.
+TEST(GptqCheckpoint, WorkerCarriesTheSparseKnobsIntoConfigJson) {
+#ifndef SOARTUNE_WORKER_PATH
+  GTEST_SKIP() << "soartune-worker not built";
+#else
+  const std::string sala = std::string(SOARTUNE_SHARED_DIR) + "/models/tiny-sala";
+  if (!fs::exists(sala + "/config.json")) GTEST_SKIP() << "no shared test model at " << sala << "; skipped";
+  SKIP_WITHOUT_TINY_MODEL();
+  const fs::path work = fresh_dir("sparse");
+  fs::create_directories(work);
+  const std::string rest = "launch: {weight_bits: 8, weight_group_size: 64, sparse_topk: 32, sparse_window: 1024}\n"
+                           "workload: {name: w, requests: [{name: a, input_len: 8, output_len: 4, count: 1}]}\n";
+  auto read_json = [](const fs::path& p) { return nlohmann::json::parse(std::ifstream(p)); };
+  std::ofstream(work / "sala.yaml") << "model: hf:" << sala << "\n" << rest;
+  const WorkerRun ok = run_command(std::string(SOARTUNE_WORKER_PATH) + " --trial " + (work / "sala.yaml").string() +
+                                   " --write-checkpoint " + (work / "sala").string());
+  ASSERT_EQ(ok.rc, 0) << ok.out;
+  nlohmann::json want = read_json(fs::path(sala) / "config.json")["sparse_config"];
+  ASSERT_TRUE(want.is_object());
+  want["topk"] = 32;
+  want["window_size"] = 1024;
+  EXPECT_EQ(read_json(work / "sala" / "config.json")["sparse_config"], want);
+  auto back = load_model("hf:" + (work / "sala").string());
+  ASSERT_TRUE(back.ok()) << back.status().message;
+
+  std::ofstream(work / "llama.yaml") << "model: hf:" << tiny_model_dir() << "\n" << rest;
+  const WorkerRun llama = run_command(std::string(SOARTUNE_WORKER_PATH) + " --trial " + (work / "llama.yaml").string() +
+                                      " --write-checkpoint " + (work / "llama").string());
+  ASSERT_EQ(llama.rc, 0) << llama.out;
+  EXPECT_FALSE(read_json(work / "llama" / "config.json").contains("sparse_config"));
+  fs::remove_all(work);
+#endif
+}
+
+}  // namespace
+}  // namespace soartune::engine

@@ -110,4 +110,48 @@ TEST(Worker, BadConfigExitsTwoNamingTheField) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["field"], "backend");
 }
 
+// Calibration rows (quant_method gptq) never include a row the accuracy is measured on: a named set that repeats
+// measured rows has them left out (and counted), the accuracy set's own rows after the measured ones are used
+// as they are, and a set holding nothing but measured rows is refused naming calibration.samples.
+TEST(Worker, GptqNeverCalibratesOnAMeasuredRow) {
+#ifndef SOARTUNE_WORKER_PATH
+  GTEST_SKIP() << "soartune-worker not built";
+#endif
+  const fs::path dir = fs::temp_directory_path() / ("soartune-calibration-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto row = [](int k) {
+    std::string p, c;
+    for (int t = 0; t < 12; ++t) p += (t ? "," : "") + std::to_string(1 + (k * 37 + t * 11) % 250);
+    for (int t = 0; t < 6; ++t) c += (t ? "," : "") + std::to_string(1 + (k * 53 + t * 7) % 250);
+    return "{\"prompt_ids\": [" + p + "], \"continuation_ids\": [" + c + "]}\n";
+  };
+  const fs::path acc = dir / "accuracy.jsonl", named = dir / "calibration.jsonl";
+  std::ofstream(acc) << row(0) << row(1) << row(2) << row(3) << row(4) << row(5);
+  // Rows 1 and 3 of the accuracy set (measured) among three others.
+  std::ofstream(named) << row(1) << row(10) << row(3) << row(11) << row(12);
+  auto gptq_trial = [&](int measured, const std::string& calibration) {
+    std::string t = trial("{weight_bits: 4, weight_group_size: 64, quant_method: gptq}");
+    t.replace(t.find("accuracy: {"), std::string::npos,
+              "accuracy: {set: " + acc.string() + ", samples: " + std::to_string(measured) + "}\n" + calibration);
+    return t;
+  };
+  auto facts = [](const WorkerRun& r) { return nlohmann::json::parse(r.out)["quantization"]; };
+
+  WorkerRun r = run_worker(gptq_trial(4, "calibration: {set: " + named.string() + ", samples: 3}\n"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(facts(r)["method"], "gptq");
+  EXPECT_EQ(facts(r)["calibration_sequences"], 3);   // rows 10, 11, 12
+  EXPECT_EQ(facts(r)["held_out_skipped"], 2);        // rows 1 and 3
+
+  r = run_worker(gptq_trial(4, "calibration: {samples: 8}\n"));   // the accuracy set after its 4 measured rows
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(facts(r)["calibration_sequences"], 2);
+  EXPECT_EQ(facts(r)["held_out_skipped"], 0);
+
+  r = run_worker(gptq_trial(6, "calibration: {set: " + acc.string() + ", samples: 4}\n"));   // every row measured
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["field"], "calibration.samples");
+  fs::remove_all(dir);
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 #include "search/launch_export.h"
 
 #include <algorithm>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -75,11 +76,31 @@ TEST(LaunchExport, PerLayerTypeBitsAskForAGptqCheckpoint) {
     ASSERT_TRUE(full.ok());
     EXPECT_FALSE(has_flag(full.value(), "--quantization"));
   }
-  // The MiniCPM-SALA mixer knobs have no flag and say so.
+  // The lightning knobs have no flag and say so; sparse attention off is the MiniCPM fork's --force-dense-minicpm,
+  // which exists only under its minicpm attention backends (unmapped, with the reason, elsewhere); topk and the
+  // window are the checkpoint's config.json sparse_config entries (0: the model's own, nothing to set).
   auto m = sglang_mapping({{"lightning_state_dtype", std::string("bf16")}, {"sparse_attention", false}});
   ASSERT_TRUE(m.ok()) << m.status().message;
-  for (const char* knob : {"lightning_state_dtype", "lightning_chunk", "sparse_attention", "sparse_topk", "sparse_window"})
+  for (const char* knob : {"lightning_state_dtype", "lightning_chunk", "sparse_attention"})
     EXPECT_TRUE(lists_unmapped(m.value(), knob)) << knob;
+  EXPECT_FALSE(has_flag(m.value(), "--force-dense-minicpm"));
+  EXPECT_FALSE(lists_unmapped(m.value(), "sparse_topk"));
+  EXPECT_TRUE(m.value().model_config.empty());
+  for (const char* backend : {"minicpm_flashinfer", "minicpm_flashattn"}) {
+    auto fork = sglang_mapping({{"sparse_attention", false}, {"sparse_topk", int64_t{32}}, {"sparse_window", int64_t{1024}}},
+                               {"--attention-backend", backend});
+    ASSERT_TRUE(fork.ok()) << fork.status().message;
+    EXPECT_TRUE(has_flag(fork.value(), "--force-dense-minicpm")) << backend;
+    EXPECT_FALSE(lists_unmapped(fork.value(), "sparse_attention"));
+    const std::map<std::string, Value> want = {{"sparse_config.topk", int64_t{32}}, {"sparse_config.window_size", int64_t{1024}}};
+    EXPECT_EQ(fork.value().model_config, want);
+    EXPECT_TRUE(std::any_of(fork.value().notes.begin(), fork.value().notes.end(), [](const std::string& n) {
+      return n.rfind("sparse_topk=32: config.json sparse_config.topk = 32", 0) == 0;
+    }));
+  }
+  auto on = sglang_mapping({{"sparse_attention", true}}, {"--attention-backend", "minicpm_flashinfer"});
+  ASSERT_TRUE(on.ok());
+  EXPECT_FALSE(has_flag(on.value(), "--force-dense-minicpm"));
 }
 
 TEST(LaunchExport, DefaultsPinTheReferenceConfig) {
