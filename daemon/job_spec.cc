@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -96,6 +95,16 @@ Result<std::string> read_choice(const YAML::Node& n, const std::string& field,
   return Status::Invalid(field + ": '" + n.Scalar() + "' is not one of " + join(allowed));
 }
 
+// [A-Za-z0-9][A-Za-z0-9._-]*, checked by hand: std::regex matches recursively, one stack frame per character,
+// so a name of 100 000 characters in a spec (specs may be 256 KiB) overflowed the stack and killed the daemon.
+bool is_plain_name(const std::string& s) {
+  auto alnum = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (s.empty() || !alnum(s[0])) return false;
+  for (char c : s)
+    if (!alnum(c) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+
 Result<std::string> resolve_model(const YAML::Node& n, const SpecContext& ctx) {
   const std::string field = "model";
   if (!n.IsDefined() || n.IsNull()) return Status::Invalid("model: missing; give hf:<dir> or synthetic:<preset>");
@@ -103,8 +112,7 @@ Result<std::string> resolve_model(const YAML::Node& n, const SpecContext& ctx) {
   const std::string m = n.Scalar();
   if (m.rfind("synthetic:", 0) == 0) {
     std::string preset = m.substr(10);
-    static const std::regex kPreset("[A-Za-z0-9][A-Za-z0-9._-]*");
-    if (!std::regex_match(preset, kPreset))
+    if (!is_plain_name(preset))
       return Status::Invalid("model: '" + m + "' has no valid preset name after synthetic: (e.g. synthetic:tiny)");
     if (Result<core::SyntheticPreset> p = core::find_synthetic_preset(preset); !p.ok()) return p.status();
     return m;
@@ -150,8 +158,7 @@ Result<YAML::Node> resolve_workload(const YAML::Node& n, const SpecContext& ctx,
     return Status::Invalid("workload: missing; give a name from the workloads directory or a mapping with requests");
   if (n.IsScalar()) {
     const std::string wname = n.Scalar();
-    static const std::regex kName("[A-Za-z0-9][A-Za-z0-9._-]*");
-    if (!std::regex_match(wname, kName)) return Status::Invalid("workload: '" + wname + "' is not a valid workload name");
+    if (!is_plain_name(wname)) return Status::Invalid("workload: '" + wname + "' is not a valid workload name");
     fs::path file = fs::path(ctx.workloads_dir) / (wname + ".yaml");
     if (Result<std::string> c = confine_to_data_roots(file.string(), ctx.data_roots, "workload"); !c.ok())
       return c.status();

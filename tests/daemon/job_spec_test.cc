@@ -286,6 +286,15 @@ TEST_F(JobSpecTest, HfModelBoundsLayerOverridesAndWorkloadLengths) {
   EXPECT_EQ(r.status().message.find("SECRET"), std::string::npos) << r.status().message;
 }
 
+// Names are checked without std::regex, whose recursive matcher overflowed the stack (and killed the daemon)
+// on a preset or workload name of 100 000 characters, well within the 256 KiB a spec may have.
+TEST_F(JobSpecTest, VeryLongNamesAreCheckedWithoutOverflowingTheStack) {
+  const std::string long_name(200000, 'a');
+  expect_error(with("model", "model: synthetic:" + long_name + "!"), "model");
+  expect_error(with("workload", "workload: " + long_name), "workload");
+  expect_error(with("workload", "workload: " + long_name + "!"), "workload");
+}
+
 }  // namespace
 }  // namespace soartune::daemon
 
