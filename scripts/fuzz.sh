@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The libFuzzer targets (tests/fuzz/, docs/FUZZING.md): built with clang in their own build directory.
 #   scripts/fuzz.sh build                      configure + build every target
-#   scripts/fuzz.sh smoke [SECONDS]            build, then run each target SECONDS (default 20) from its seed corpus;
+#   scripts/fuzz.sh smoke [SECONDS]            build, then run each target SECONDS (default 15) from its seed corpus;
 #                                              fails on any crash, leak, sanitizer report or timeout (make test runs this)
 #   scripts/fuzz.sh run TARGET [FLAGS...]      a long run of one target (e.g. -runs=1000000), its corpus growing in
 #                                              <build>/corpus/TARGET; final statistics printed
@@ -46,15 +46,14 @@ run_target() {
     -artifact_prefix="$artifacts/" "$@" "$corpus" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1
 }
 
-# One summary line from a run's log: executions, time, exec/s, corpus size.
+# One summary line from a run's log and its wall seconds: executions, time, exec/s, corpus size (inputs/bytes).
 summary() {
-  local log=$1
-  local execs secs rate units
+  local log=$1 secs=$2
+  local execs rate units
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
-  units=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | sed 's/corp: //')
-  echo "executions ${execs:-?}, ${secs:-?} s, ${rate:-?} exec/s, corpus ${units:-?}"
+  units=$(grep -a -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | sed 's/corp: //')
+  echo "executions ${execs:-?}, ${secs} s, ${rate:-?} exec/s, corpus ${units:-?}"
 }
 
 cmd=${1:-}
@@ -62,7 +61,7 @@ case "$cmd" in
   build)
     build_targets ;;
   smoke)
-    secs=${2:-20}
+    secs=${2:-15}
     if ! have_libfuzzer; then
       echo "fuzz smoke: SKIPPED: clang++ with libFuzzer (-fsanitize=fuzzer) is not installed here (scripts/install-deps.sh installs clang and libclang-rt-dev)"
       exit 0
@@ -72,8 +71,9 @@ case "$cmd" in
     failed=0
     for t in $(targets); do
       log="$build/smoke-$t.log"
+      start=$(date +%s)
       if run_target "$t" "$log" -max_total_time="$secs"; then
-        echo "fuzz smoke: $t: ok: $(summary "$log")"
+        echo "fuzz smoke: $t: ok: $(summary "$log" $(($(date +%s) - start)))"
       else
         echo "fuzz smoke: $t: FAILED (log: $log, input in $build/artifacts/$t/):"
         grep -E 'ERROR|SUMMARY|runtime error|fuzz invariant|Test unit written' "$log" | head -20
@@ -87,8 +87,9 @@ case "$cmd" in
     [ -x "$build/bin/${t}_fuzz" ] || build_targets
     log="$build/run-$t.log"
     status=0
+    start=$(date +%s)
     run_target "$t" "$log" "$@" || status=$?
-    echo "$t: $(summary "$log"), exit status $status (log: $log)"
+    echo "$t: $(summary "$log" $(($(date +%s) - start))), exit status $status (log: $log)"
     exit $status ;;
   *)
     sed -n '2,9p' "$0"
