@@ -136,6 +136,19 @@ Result<Config> read_knobs(const YAML::Node& n, const std::string& field) {
   return core::launch_config_from_yaml(n, field);
 }
 
+// A request's input_len, output_len or count, read as the worker reads it (yaml-cpp's integer conversion, which
+// takes 010 as octal 8 and refuses 08), so that the daemon accepts exactly the numbers the worker will run.
+// Read otherwise, 08 passed here and then threw in the context check below (found by tests/fuzz/job_spec_fuzz).
+Result<int64_t> read_request_int(const YAML::Node& n, const std::string& field) {
+  constexpr int64_t kMax = 1 << 20;
+  int64_t v = 0;
+  if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v))
+    return Status::Invalid(field + ": '" + (n.IsScalar() ? n.Scalar() : std::string("not a scalar")) +
+                           "' is not an integer; allowed: 1.." + std::to_string(kMax));
+  if (v < 1 || v > kMax) return Status::Invalid(field + ": " + n.Scalar() + " is out of range; allowed: 1.." + std::to_string(kMax));
+  return v;
+}
+
 Status check_requests(const YAML::Node& requests, const std::string& field) {
   if (!requests.IsDefined() || !requests.IsSequence() || requests.size() == 0)
     return Status::Invalid(field + ": must be a non-empty list of {input_len, output_len, count}");
@@ -146,7 +159,7 @@ Status check_requests(const YAML::Node& requests, const std::string& field) {
     if (Status s = check_keys(r, f, {"name", "input_len", "output_len", "count"}); !s.ok()) return s;
     for (const char* k : {"input_len", "output_len", "count"}) {
       if (!r[k].IsDefined()) return Status::Invalid(f + "." + k + ": missing");
-      Result<int64_t> v = read_int(r[k], f + "." + k, 1, 1 << 20);
+      Result<int64_t> v = read_request_int(r[k], f + "." + k);
       if (!v.ok()) return v.status();
     }
   }
@@ -439,7 +452,12 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (const int64_t ctx_len = facts.value().max_position; ctx_len > 0) {
     const YAML::Node reqs = spec.workload["requests"];
     for (size_t i = 0; i < reqs.size(); ++i) {
-      const int64_t len = reqs[i]["input_len"].as<int64_t>() + reqs[i]["output_len"].as<int64_t>();
+      const std::string f = "workload.requests[" + std::to_string(i) + "]";
+      Result<int64_t> in = read_request_int(reqs[i]["input_len"], f + ".input_len");
+      if (!in.ok()) return in.status();
+      Result<int64_t> out = read_request_int(reqs[i]["output_len"], f + ".output_len");
+      if (!out.ok()) return out.status();
+      const int64_t len = in.value() + out.value();
       if (len > ctx_len)
         return Status::Invalid("workload.requests[" + std::to_string(i) + "]: input_len + output_len = " +
                                std::to_string(len) + " exceeds the model's context of " + std::to_string(ctx_len) +
