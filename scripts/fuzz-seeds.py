@@ -177,6 +177,9 @@ def model_configs():
             "sparse_config": {"block_size": 64, "dense_len": 8192, "init_blocks": 1, "kernel_size": 32,
                               "kernel_stride": 16, "topk": 64, "use_nope": False, "window_size": 2048}}
     put("model_config", "minicpm-sala.json", json.dumps(sala, indent=2))
+    # The models shipped in the repository, as they are.
+    for cfg in sorted((ROOT / "configs" / "models").glob("*/config.json")):
+        put("model_config", cfg.parent.name + ".json", cfg.read_bytes())
 
 
 if __name__ == "__main__":
