@@ -15,8 +15,10 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Then a short run of every fuzz target (scripts/fuzz.sh, docs/FUZZING.md), in its own clang build directory.
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+	@FUZZ_BUILD=$(BUILD)-fuzz JOBS=$(JOBS) bash scripts/fuzz.sh smoke
 
 # The demo needs only the daemon, the CLI and the worker.
 demo: configure

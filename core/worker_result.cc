@@ -266,12 +266,15 @@ std::string to_json(const WorkerResult& r) {
 Result<WorkerResult> parse_worker_output(std::string_view stdout_text) {
   const std::string_view t = trimmed(stdout_text);
   if (t.empty()) return Status::Invalid("garbage output: printed nothing on stdout");
-  // The result is printed last: try the whole text, then each line that opens an object, from the last.
+  // The result is printed last: try the whole text, then each line that opens an object, from the last. Only
+  // the last few such lines: each try parses to the end of the text, so trying every line would cost quadratic
+  // time on a stdout of many lines that open objects (16 MB of them would hold the daemon for hours).
   json j = json::parse(t.begin(), t.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     j = json();
-    for (size_t pos = t.rfind("\n{"); pos != std::string_view::npos;
-         pos = pos == 0 ? std::string_view::npos : t.rfind("\n{", pos - 1)) {
+    int tries = 0;
+    for (size_t pos = t.rfind("\n{"); pos != std::string_view::npos && tries < kMaxResultLineTries;
+         pos = pos == 0 ? std::string_view::npos : t.rfind("\n{", pos - 1), ++tries) {
       json k = json::parse(t.begin() + static_cast<std::ptrdiff_t>(pos + 1), t.end(), nullptr, false);
       if (!k.is_discarded() && k.is_object()) {
         j = std::move(k);

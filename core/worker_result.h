@@ -98,12 +98,16 @@ inline constexpr std::array<const char*, 9> kWorkerBaseEnvironment = {
 // character boundary and say so.
 inline constexpr size_t kMaxResultString = 4096;
 
+// How many of the last lines that open a JSON object parse_worker_output() tries as the start of the result.
+inline constexpr int kMaxResultLineTries = 16;
+
 // One line of JSON, no trailing newline.
 std::string to_json(const WorkerResult& r);
 // Reads the result out of the worker's whole stdout: the last line that opens a JSON object (log lines before
-// it are tolerated). Errors (kInvalidArgument) say what is wrong: "garbage output: printed nothing on stdout",
-// "garbage output: stdout is not a JSON object (starts with '...')", or "bad worker result: <field>: expected
-// <type>, got <type>" for a result of the wrong shape.
+// it are tolerated; of the lines that open an object, the last kMaxResultLineTries are tried). Errors
+// (kInvalidArgument) say what is wrong: "garbage output: printed nothing on stdout", "garbage output: stdout is
+// not a JSON object (starts with '...')", or "bad worker result: <field>: expected <type>, got <type>" for a
+// result of the wrong shape.
 Result<WorkerResult> parse_worker_output(std::string_view stdout_text);
 
 }  // namespace soartune

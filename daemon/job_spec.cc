@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -96,6 +95,16 @@ Result<std::string> read_choice(const YAML::Node& n, const std::string& field,
   return Status::Invalid(field + ": '" + n.Scalar() + "' is not one of " + join(allowed));
 }
 
+// [A-Za-z0-9][A-Za-z0-9._-]*, checked by hand: std::regex matches recursively, one stack frame per character,
+// so a name of 100 000 characters in a spec (specs may be 256 KiB) overflowed the stack and killed the daemon.
+bool is_plain_name(const std::string& s) {
+  auto alnum = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (s.empty() || !alnum(s[0])) return false;
+  for (char c : s)
+    if (!alnum(c) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+
 Result<std::string> resolve_model(const YAML::Node& n, const SpecContext& ctx) {
   const std::string field = "model";
   if (!n.IsDefined() || n.IsNull()) return Status::Invalid("model: missing; give hf:<dir> or synthetic:<preset>");
@@ -103,8 +112,7 @@ Result<std::string> resolve_model(const YAML::Node& n, const SpecContext& ctx) {
   const std::string m = n.Scalar();
   if (m.rfind("synthetic:", 0) == 0) {
     std::string preset = m.substr(10);
-    static const std::regex kPreset("[A-Za-z0-9][A-Za-z0-9._-]*");
-    if (!std::regex_match(preset, kPreset))
+    if (!is_plain_name(preset))
       return Status::Invalid("model: '" + m + "' has no valid preset name after synthetic: (e.g. synthetic:tiny)");
     if (Result<core::SyntheticPreset> p = core::find_synthetic_preset(preset); !p.ok()) return p.status();
     return m;
@@ -128,6 +136,19 @@ Result<Config> read_knobs(const YAML::Node& n, const std::string& field) {
   return core::launch_config_from_yaml(n, field);
 }
 
+// A request's input_len, output_len or count, read as the worker reads it (yaml-cpp's integer conversion, which
+// takes 010 as octal 8 and refuses 08), so that the daemon accepts exactly the numbers the worker will run.
+// Read otherwise, 08 passed here and then threw in the context check below (found by tests/fuzz/job_spec_fuzz).
+Result<int64_t> read_request_int(const YAML::Node& n, const std::string& field) {
+  constexpr int64_t kMax = 1 << 20;
+  int64_t v = 0;
+  if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v))
+    return Status::Invalid(field + ": '" + (n.IsScalar() ? n.Scalar() : std::string("not a scalar")) +
+                           "' is not an integer; allowed: 1.." + std::to_string(kMax));
+  if (v < 1 || v > kMax) return Status::Invalid(field + ": " + n.Scalar() + " is out of range; allowed: 1.." + std::to_string(kMax));
+  return v;
+}
+
 Status check_requests(const YAML::Node& requests, const std::string& field) {
   if (!requests.IsDefined() || !requests.IsSequence() || requests.size() == 0)
     return Status::Invalid(field + ": must be a non-empty list of {input_len, output_len, count}");
@@ -138,7 +159,7 @@ Status check_requests(const YAML::Node& requests, const std::string& field) {
     if (Status s = check_keys(r, f, {"name", "input_len", "output_len", "count"}); !s.ok()) return s;
     for (const char* k : {"input_len", "output_len", "count"}) {
       if (!r[k].IsDefined()) return Status::Invalid(f + "." + k + ": missing");
-      Result<int64_t> v = read_int(r[k], f + "." + k, 1, 1 << 20);
+      Result<int64_t> v = read_request_int(r[k], f + "." + k);
       if (!v.ok()) return v.status();
     }
   }
@@ -150,8 +171,7 @@ Result<YAML::Node> resolve_workload(const YAML::Node& n, const SpecContext& ctx,
     return Status::Invalid("workload: missing; give a name from the workloads directory or a mapping with requests");
   if (n.IsScalar()) {
     const std::string wname = n.Scalar();
-    static const std::regex kName("[A-Za-z0-9][A-Za-z0-9._-]*");
-    if (!std::regex_match(wname, kName)) return Status::Invalid("workload: '" + wname + "' is not a valid workload name");
+    if (!is_plain_name(wname)) return Status::Invalid("workload: '" + wname + "' is not a valid workload name");
     fs::path file = fs::path(ctx.workloads_dir) / (wname + ".yaml");
     if (Result<std::string> c = confine_to_data_roots(file.string(), ctx.data_roots, "workload"); !c.ok())
       return c.status();
@@ -435,7 +455,12 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (const int64_t ctx_len = facts.value().max_position; ctx_len > 0) {
     const YAML::Node reqs = spec.workload["requests"];
     for (size_t i = 0; i < reqs.size(); ++i) {
-      const int64_t len = reqs[i]["input_len"].as<int64_t>() + reqs[i]["output_len"].as<int64_t>();
+      const std::string f = "workload.requests[" + std::to_string(i) + "]";
+      Result<int64_t> in = read_request_int(reqs[i]["input_len"], f + ".input_len");
+      if (!in.ok()) return in.status();
+      Result<int64_t> out = read_request_int(reqs[i]["output_len"], f + ".output_len");
+      if (!out.ok()) return out.status();
+      const int64_t len = in.value() + out.value();
       if (len > ctx_len)
         return Status::Invalid("workload.requests[" + std::to_string(i) + "]: input_len + output_len = " +
                                std::to_string(len) + " exceeds the model's context of " + std::to_string(ctx_len) +

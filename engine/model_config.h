@@ -5,6 +5,7 @@
 // sparse-attention fields.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -95,22 +96,24 @@ struct ModelConfig {
   int64_t lightning_state_elems() const {
     return int64_t(lightning_heads) * lightning_head_dim * lightning_head_dim;
   }
-  // Parameters of the whole model (embeddings counted once when tied).
+  // Parameters of the whole model (embeddings counted once when tied). Summed in double and capped at 2^53
+  // (exact below it): the dimensions come from a config.json, and whatever they say, the count and the byte
+  // sizes made from it must not overflow; no model comes near the cap.
   int64_t parameter_count() const {
-    const int64_t d = hidden, f = intermediate;
-    int64_t total = int64_t(vocab) * d * (tie_embeddings ? 1 : 2) + d;
+    const double d = hidden, f = intermediate;
+    double total = double(vocab) * d * (tie_embeddings ? 1 : 2) + d;
     for (int i = 0; i < layers; ++i) {
-      const int64_t q = layer_q_dim(i), kv = layer_kv_dim(i);
+      const double q = layer_q_dim(i), kv = layer_kv_dim(i);
       total += d * q + 2 * d * kv + q * d + 3 * d * f + 2 * d;
       if (mixer(i) == MixerKind::kSoftmax) {
         if (attn_output_gate) total += q * d;
       } else {
         if (lightning_output_gate) total += q * d;
-        if (lightning_qk_norm) total += 2 * lightning_head_dim;
+        if (lightning_qk_norm) total += 2.0 * lightning_head_dim;
         if (lightning_output_norm) total += q;
       }
     }
-    return total;
+    return static_cast<int64_t>(std::min(total, 9007199254740992.0));
   }
 };
 

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -125,16 +127,64 @@ Result<ModelWeights> synthetic_model(const std::string& preset, uint64_t seed) {
   return w;
 }
 
-template <typename T>
-bool get_num(const nlohmann::json& j, const char* key, T* out) {
-  if (!j.contains(key) || j[key].is_null()) return false;
-  if (!j[key].is_number()) return false;
-  *out = j[key].get<T>();
-  return true;
+// config.json is untrusted input. A numeric key of the wrong type, or outside what the engine's int and float
+// fields hold and its arithmetic on them allows, is an error naming the key: a silent default would load another
+// model, and an unchecked conversion is undefined behaviour. Absent or null: *out keeps its default.
+Status get_int(const nlohmann::json& j, const char* key, const std::string& field, int64_t lo, int64_t hi, int* out,
+               bool* found = nullptr) {
+  if (found) *found = false;
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  int64_t v = 0;
+  bool in_range = false;
+  if (it->is_number_unsigned()) {
+    in_range = it->get<uint64_t>() <= static_cast<uint64_t>(hi);
+    if (in_range) v = static_cast<int64_t>(it->get<uint64_t>());
+  } else if (it->is_number_integer()) {
+    v = it->get<int64_t>();
+    in_range = v <= hi;
+  }
+  if (!in_range || v < lo) return Status::Invalid(field + ": must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+  *out = static_cast<int>(v);
+  if (found) *found = true;
+  return Status::Ok();
 }
 
+Status get_real(const nlohmann::json& j, const char* key, const std::string& field, double lo, double hi, double* out,
+                bool* found = nullptr) {
+  if (found) *found = false;
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number() || !(it->get<double>() >= lo && it->get<double>() <= hi)) {
+    std::ostringstream m;
+    m << field << ": must be a number in [" << lo << ", " << hi << "]";
+    return Status::Invalid(m.str());
+  }
+  *out = it->get<double>();
+  if (found) *found = true;
+  return Status::Ok();
+}
+
+// A string key; absent or null: *out keeps its default.
+Status get_string(const nlohmann::json& j, const char* key, const std::string& field, std::string* out) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_string()) return Status::Invalid(field + ": must be a string");
+  *out = it->get<std::string>();
+  return Status::Ok();
+}
+
+// Bounds of the shape fields: every int product the engine forms from them (heads * head_dim, ...) fits an int,
+// and the layer loop of parameter_count() stays short.
+constexpr int64_t kMaxWidth = 1 << 20;        // hidden_size, intermediate_size
+constexpr int64_t kMaxLayers = 100000;        // num_hidden_layers (as the daemon checks it)
+constexpr int64_t kMaxHeads = 4096;           // num_attention_heads, num_key_value_heads, lightning_nh, lightning_nkv
+constexpr int64_t kMaxHeadDim = 4096;         // head_dim, lightning_head_dim
+constexpr int64_t kMaxVocab = 1 << 24;        // vocab_size
+constexpr double kMaxScale = 1e30;            // rope_theta and the muP scalings (float fields)
+
 bool is_minicpm_sala(const nlohmann::json& j) {
-  if (j.value("model_type", std::string()) == "minicpm_sala") return true;
+  if (const auto t = j.find("model_type"); t != j.end() && t->is_string() && t->get<std::string>() == "minicpm_sala") return true;
   if (j.contains("architectures") && j["architectures"].is_array())
     for (const auto& a : j["architectures"])
       if (a.is_string() && a.get<std::string>() == "MiniCPMSALAForCausalLM") return true;
@@ -196,16 +246,20 @@ Status read_minicpm_sala(const nlohmann::json& j, ModelConfig* out) {
   // checkpoint where they differ is ambiguous and refused.
   c.lightning_heads = c.heads;
   c.lightning_kv_heads = c.kv_heads;
-  get_num(j, "lightning_nkv", &c.lightning_kv_heads);
+  if (Status s = get_int(j, "lightning_nkv", "config.json lightning_nkv", 1, kMaxHeads, &c.lightning_kv_heads); !s.ok()) return s;
   int nh = c.heads;
-  if (get_num(j, "lightning_nh", &nh) && nh != c.heads)
+  if (Status s = get_int(j, "lightning_nh", "config.json lightning_nh", 1, kMaxHeads, &nh); !s.ok()) return s;
+  if (nh != c.heads)
     return Status::Invalid("config.json lightning_nh: " + std::to_string(nh) + " differs from num_attention_heads " + std::to_string(c.heads) +
                            " (the official code reads the latter, its ports the former); only equal values are supported");
   int hd = c.head_dim;
-  const bool has_head_dim = get_num(j, "head_dim", &hd);
+  bool has_head_dim = false;
+  if (Status s = get_int(j, "head_dim", "config.json head_dim", 1, kMaxHeadDim, &hd, &has_head_dim); !s.ok()) return s;
   c.lightning_head_dim = hd;
   int lhd = hd;
-  if (get_num(j, "lightning_head_dim", &lhd)) {
+  bool has_lhd = false;
+  if (Status s = get_int(j, "lightning_head_dim", "config.json lightning_head_dim", 1, kMaxHeadDim, &lhd, &has_lhd); !s.ok()) return s;
+  if (has_lhd) {
     if (has_head_dim && lhd != hd)
       return Status::Invalid("config.json lightning_head_dim: " + std::to_string(lhd) + " differs from head_dim " + std::to_string(hd) +
                              " (the official code reads the latter, its ports the former); only equal values are supported");
@@ -216,7 +270,8 @@ Status read_minicpm_sala(const nlohmann::json& j, ModelConfig* out) {
   if (c.lightning_kv_heads <= 0 || c.lightning_heads % c.lightning_kv_heads != 0)
     return Status::Invalid("config.json lightning_nkv: " + std::to_string(c.lightning_kv_heads) + " does not divide the lightning heads " +
                            std::to_string(c.lightning_heads));
-  const std::string scale = j.value("lightning_scale", std::string("1/sqrt(d)"));
+  std::string scale = "1/sqrt(d)";
+  if (Status s = get_string(j, "lightning_scale", "config.json lightning_scale", &scale); !s.ok()) return s;
   if (scale == "1/sqrt(d)") c.lightning_scale = 1.f / std::sqrt(static_cast<float>(c.lightning_head_dim));
   else if (scale == "1/d") c.lightning_scale = 1.f / static_cast<float>(c.lightning_head_dim);
   else return Status::Invalid("config.json lightning_scale: '" + scale + "' is not supported; allowed: 1/sqrt(d), 1/d");
@@ -230,10 +285,12 @@ Status read_minicpm_sala(const nlohmann::json& j, ModelConfig* out) {
                            " beside lightning layers of width " + std::to_string(c.lightning_head_dim) + " is not supported; allowed: false");
   // muP.
   double scale_emb = 0, scale_depth = 0, dim_model_base = 0;
-  if (!get_num(j, "scale_emb", &scale_emb) || scale_emb <= 0) return Status::Invalid("config.json scale_emb: missing or not a positive number");
-  if (!get_num(j, "scale_depth", &scale_depth) || scale_depth <= 0) return Status::Invalid("config.json scale_depth: missing or not a positive number");
-  if (!get_num(j, "dim_model_base", &dim_model_base) || dim_model_base <= 0)
-    return Status::Invalid("config.json dim_model_base: missing or not a positive number");
+  for (auto [key, dst] : {std::pair{"scale_emb", &scale_emb}, {"scale_depth", &scale_depth}, {"dim_model_base", &dim_model_base}}) {
+    const std::string field = "config.json " + std::string(key);
+    bool found = false;
+    if (Status s = get_real(j, key, field, 0, kMaxScale, dst, &found); !s.ok() || !found || !(*dst > 0))
+      return Status::Invalid(field + ": missing or not a positive number (at most 1e30)");
+  }
   c.embed_scale = static_cast<float>(scale_emb);
   c.residual_scale = static_cast<float>(scale_depth / std::sqrt(static_cast<double>(c.layers)));
   c.logit_divisor = static_cast<float>(c.hidden / dim_model_base);
@@ -247,8 +304,7 @@ Status read_minicpm_sala(const nlohmann::json& j, ModelConfig* out) {
     for (auto [key, dst] : {std::pair{"block_size", &sp.block_size}, {"dense_len", &sp.dense_len}, {"init_blocks", &sp.init_blocks},
                             {"kernel_size", &sp.kernel_size}, {"kernel_stride", &sp.kernel_stride}, {"topk", &sp.topk},
                             {"window_size", &sp.window_size}}) {
-      if (sc.contains(key) && !(get_num(sc, key, dst) && *dst >= 0))
-        return Status::Invalid("config.json sparse_config." + std::string(key) + ": must be a non-negative integer");
+      if (Status s = get_int(sc, key, "config.json sparse_config." + std::string(key), 0, INT32_MAX, dst); !s.ok()) return s;
     }
     if (Status s = require_bool(sc, "use_nope", false); !s.ok())
       return Status::Invalid("config.json sparse_config." + s.message.substr(std::string("config.json ").size()));
@@ -365,54 +421,62 @@ Result<ModelConfig> read_hf_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   std::ifstream in(path);
   if (!in) return Status::NotFound("model: " + path + " not found");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    return Status::Invalid("model: " + path + " is not JSON: " + e.what());
-  }
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Invalid("model: " + path + " is not JSON");
+  if (!j.is_object()) return Status::Invalid("model: " + path + " is not a JSON object");
   ModelConfig c;
   c.name = "hf:" + dir;
-  auto need = [&](const char* key, int* out) -> Status {
-    if (!get_num(j, key, out) || *out <= 0) return Status::Invalid("config.json " + std::string(key) + ": missing or not a positive integer");
-    return Status::Ok();
-  };
-  for (auto [key, out] : {std::pair{"hidden_size", &c.hidden}, {"intermediate_size", &c.intermediate},
-                          {"num_hidden_layers", &c.layers}, {"num_attention_heads", &c.heads}, {"vocab_size", &c.vocab}}) {
-    if (Status s = need(key, out); !s.ok()) return s;
+  for (auto [key, out, hi] : {std::tuple{"hidden_size", &c.hidden, kMaxWidth}, {"intermediate_size", &c.intermediate, kMaxWidth},
+                              {"num_hidden_layers", &c.layers, kMaxLayers}, {"num_attention_heads", &c.heads, kMaxHeads},
+                              {"vocab_size", &c.vocab, kMaxVocab}}) {
+    const std::string field = "config.json " + std::string(key);
+    bool found = false;
+    if (Status s = get_int(j, key, field, 1, hi, out, &found); !s.ok() || !found)
+      return Status::Invalid(field + ": missing or not an integer in 1.." + std::to_string(hi));
   }
   c.kv_heads = c.heads;
-  get_num(j, "num_key_value_heads", &c.kv_heads);
+  if (Status s = get_int(j, "num_key_value_heads", "config.json num_key_value_heads", 1, kMaxHeads, &c.kv_heads); !s.ok()) return s;
   c.head_dim = c.hidden / c.heads;
-  get_num(j, "head_dim", &c.head_dim);
+  if (Status s = get_int(j, "head_dim", "config.json head_dim", 1, kMaxHeadDim, &c.head_dim); !s.ok()) return s;
   if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
     return Status::Invalid("config.json num_key_value_heads: " + std::to_string(c.kv_heads) + " does not divide num_attention_heads " + std::to_string(c.heads));
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) return Status::Invalid("config.json head_dim: must be a positive even integer");
   double eps = 1e-6;
-  get_num(j, "rms_norm_eps", &eps);
+  if (Status s = get_real(j, "rms_norm_eps", "config.json rms_norm_eps", 0, 1, &eps); !s.ok()) return s;
   c.rms_eps = static_cast<float>(eps);
   double theta = 10000.0;
   const nlohmann::json* rope = nullptr;
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rope = &j["rope_parameters"];
   else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rope = &j["rope_scaling"];
-  if (!get_num(j, "rope_theta", &theta) && rope) get_num(*rope, "rope_theta", &theta);
+  bool has_theta = false;
+  if (Status s = get_real(j, "rope_theta", "config.json rope_theta", 1e-30, kMaxScale, &theta, &has_theta); !s.ok()) return s;
+  if (!has_theta && rope)
+    if (Status s = get_real(*rope, "rope_theta", "config.json rope_parameters.rope_theta", 1e-30, kMaxScale, &theta); !s.ok()) return s;
   if (rope) {
-    const std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
+    std::string type = "default";
+    if (Status s = get_string(*rope, "type", "config.json rope_parameters.type", &type); !s.ok()) return s;
+    if (Status s = get_string(*rope, "rope_type", "config.json rope_parameters.rope_type", &type); !s.ok()) return s;
     if (type != "default")
       return Status::Invalid("config.json rope_parameters.rope_type: " + type + " is not supported; allowed: default");
   }
   c.rope_theta = static_cast<float>(theta);
-  c.tie_embeddings = j.value("tie_word_embeddings", false);
-  const std::string type = j.value("model_type", std::string("llama"));
-  c.attention_bias = j.value("attention_bias", type == "qwen2");
-  get_num(j, "max_position_embeddings", &c.max_position);
-  get_num(j, "bos_token_id", &c.bos_token);
+  if (Status s = get_bool(j, "tie_word_embeddings", false, &c.tie_embeddings); !s.ok()) return s;
+  std::string type = "llama";
+  if (Status s = get_string(j, "model_type", "config.json model_type", &type); !s.ok()) return s;
+  if (Status s = get_bool(j, "attention_bias", type == "qwen2", &c.attention_bias); !s.ok()) return s;
+  if (Status s = get_int(j, "max_position_embeddings", "config.json max_position_embeddings", 1, INT32_MAX, &c.max_position); !s.ok())
+    return s;
+  if (Status s = get_int(j, "bos_token_id", "config.json bos_token_id", 0, INT32_MAX, &c.bos_token); !s.ok()) return s;
   if (j.contains("eos_token_id")) {
-    if (j["eos_token_id"].is_number()) c.eos_token = j["eos_token_id"].get<int>();
-    else if (j["eos_token_id"].is_array() && !j["eos_token_id"].empty()) c.eos_token = j["eos_token_id"][0].get<int>();
+    // One id or a list of them; the engine stops on the first.
+    nlohmann::json eos = j["eos_token_id"];
+    if (eos.is_array() && !eos.empty()) eos = nlohmann::json{{"id", eos[0]}};
+    else eos = nlohmann::json{{"id", eos.is_array() ? nlohmann::json() : eos}};
+    if (Status s = get_int(eos, "id", "config.json eos_token_id", 0, INT32_MAX, &c.eos_token); !s.ok()) return s;
   }
-  if (j.value("hidden_act", std::string("silu")) != "silu")
-    return Status::Invalid("config.json hidden_act: " + j["hidden_act"].get<std::string>() + " is not supported; allowed: silu");
+  std::string act = "silu";
+  if (Status s = get_string(j, "hidden_act", "config.json hidden_act", &act); !s.ok()) return s;
+  if (act != "silu") return Status::Invalid("config.json hidden_act: " + act + " is not supported; allowed: silu");
   if (is_minicpm_sala(j))
     if (Status s = read_minicpm_sala(j, &c); !s.ok()) return s;
   return c;

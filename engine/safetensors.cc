@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -63,28 +64,45 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
   std::memcpy(&header_len, map, 8);
   if (header_len > size - 8) return Status::Invalid(path + ": header length " + std::to_string(header_len) + " exceeds file size");
   const char* base = static_cast<const char*>(map);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(base + 8, base + 8 + header_len);
-  } catch (const std::exception& e) {
-    return Status::Invalid(path + ": header is not JSON: " + e.what());
-  }
+  // The header is untrusted: parsed without exceptions, and every field checked for its type and range before
+  // use, so that a malformed file is an error naming the tensor and the field, never an abort.
+  const nlohmann::json header = nlohmann::json::parse(base + 8, base + 8 + header_len, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded()) return Status::Invalid(path + ": header is not JSON");
+  if (!header.is_object()) return Status::Invalid(path + ": header is not a JSON object {name: {dtype, shape, data_offsets}}");
   const std::size_t data_start = 8 + header_len;
+  const std::size_t data_size = size - data_start;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
+    const std::string where = path + ": tensor " + it.key();
     const auto& t = it.value();
+    if (!t.is_object()) return Status::Invalid(where + ": must be an object {dtype, shape, data_offsets}");
     TensorInfo info;
-    const std::string dt = t.value("dtype", "");
+    const auto dt_it = t.find("dtype");
+    const std::string dt = dt_it != t.end() && dt_it->is_string() ? dt_it->get<std::string>() : "";
     if (dt == "F32") info.dtype = TensorDtype::kF32;
     else if (dt == "F16") info.dtype = TensorDtype::kF16;
     else if (dt == "BF16") info.dtype = TensorDtype::kBF16;
     else if (dt == "I32") info.dtype = TensorDtype::kI32;
-    else return Status::Invalid(path + ": tensor " + it.key() + ": dtype " + dt + " is not one of F32, F16, BF16, I32");
-    for (const auto& d : t.at("shape")) info.shape.push_back(d.get<int64_t>());
-    const auto& off = t.at("data_offsets");
-    const std::size_t b = off.at(0).get<std::size_t>(), e = off.at(1).get<std::size_t>();
-    if (e < b || data_start + e > size || (e - b) != static_cast<std::size_t>(info.numel()) * element_size(info.dtype))
-      return Status::Invalid(path + ": tensor " + it.key() + ": data_offsets do not match its shape and dtype");
+    else return Status::Invalid(where + ": dtype must be one of F32, F16, BF16, I32");
+    const auto shape = t.find("shape");
+    if (shape == t.end() || !shape->is_array()) return Status::Invalid(where + ": shape must be a list of non-negative integers");
+    // Elements, checked in the order numel() multiplies them, so that numel() of an accepted shape cannot overflow.
+    int64_t numel = 1;
+    for (const auto& d : *shape) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        return Status::Invalid(where + ": shape must be a list of non-negative integers");
+      const int64_t dim = d.get<int64_t>();
+      if (__builtin_mul_overflow(numel, dim, &numel)) return Status::Invalid(where + ": shape has more elements than a file can hold");
+      info.shape.push_back(dim);
+    }
+    const auto off = t.find("data_offsets");
+    if (off == t.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
+      return Status::Invalid(where + ": data_offsets must be a list of two non-negative integers [begin, end]");
+    const uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
+    uint64_t bytes = 0;
+    if (e < b || e > data_size || __builtin_mul_overflow(static_cast<uint64_t>(numel), element_size(info.dtype), &bytes) ||
+        e - b != bytes)
+      return Status::Invalid(where + ": data_offsets do not match its shape and dtype");
     f->infos_[it.key()] = info;
     f->offsets_[it.key()] = data_start + b;
   }
@@ -106,21 +124,23 @@ Result<Checkpoint> Checkpoint::open_dir(const std::string& dir) {
   Checkpoint c;
   std::vector<std::string> shards;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      std::ifstream in(index);
-      j = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      return Status::Invalid(index.string() + ": not JSON: " + e.what());
-    }
-    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+  std::error_code ec;
+  if (fs::exists(index, ec)) {
+    std::ifstream in(index);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return Status::Invalid(index.string() + ": not JSON");
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       return Status::Invalid(index.string() + ": no weight_map object");
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      // A shard is a file of this directory: a name, not a path that could lead out of it.
+      if (!it.value().is_string() || it.value().get<std::string>().empty() ||
+          it.value().get<std::string>().find('/') != std::string::npos || it.value().get<std::string>() == "." ||
+          it.value().get<std::string>() == "..")
+        return Status::Invalid(index.string() + ": weight_map." + it.key() + ": must be the file name of a shard in " + dir);
       const std::string shard = it.value().get<std::string>();
       if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
     }
-  } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
+  } else if (fs::exists(fs::path(dir) / "model.safetensors", ec)) {
     shards.push_back("model.safetensors");
   } else {
     return Status::NotFound(dir + ": neither model.safetensors nor model.safetensors.index.json");
@@ -171,18 +191,33 @@ Result<const void*> Checkpoint::raw(const std::string& name, TensorDtype dtype) 
 }
 
 
+namespace {
+
+// Element k of a tensor in the mapping. Loaded byte-wise: a tensor's offset in the file need not be a multiple of
+// its element size (the format does not require it), and a misaligned typed load is undefined behaviour.
+template <typename T>
+T load(const void* p, int64_t k) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(p) + k * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+
+}  // namespace
+
 Status Checkpoint::read_f32(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* out) const {
   if (Status s = check(*this, name, shape); !s.ok()) return s;
   const TensorInfo& i = *info(name);
   const void* p = files_[where_.at(name)]->data(name);
   const int64_t n = i.numel();
   out->resize(static_cast<std::size_t>(n));
+  if (n == 0) return Status::Ok();
   if (i.dtype == TensorDtype::kF32) {
     std::memcpy(out->data(), p, static_cast<std::size_t>(n) * 4);
   } else {
-    const uint16_t* h = static_cast<const uint16_t*>(p);
-    for (int64_t k = 0; k < n; ++k)
-      (*out)[k] = i.dtype == TensorDtype::kBF16 ? kernels::bf16_to_f32(h[k]) : kernels::fp16_to_f32(h[k]);
+    for (int64_t k = 0; k < n; ++k) {
+      const uint16_t h = load<uint16_t>(p, k);
+      (*out)[k] = i.dtype == TensorDtype::kBF16 ? kernels::bf16_to_f32(h) : kernels::fp16_to_f32(h);
+    }
   }
   return Status::Ok();
 }
@@ -195,9 +230,9 @@ Status Checkpoint::read_16(const std::string& name, const std::vector<int64_t>& 
   const int64_t n = i.numel();
   out->resize(static_cast<std::size_t>(n));
   *is_fp16 = i.dtype == TensorDtype::kF16;
+  if (n == 0) return Status::Ok();
   if (i.dtype == TensorDtype::kF32) {
-    const float* f = static_cast<const float*>(p);
-    for (int64_t k = 0; k < n; ++k) (*out)[k] = kernels::f32_to_bf16(f[k]);
+    for (int64_t k = 0; k < n; ++k) (*out)[k] = kernels::f32_to_bf16(load<float>(p, k));
   } else {
     std::memcpy(out->data(), p, static_cast<std::size_t>(n) * 2);
   }

@@ -20,11 +20,16 @@ int Workload::total_requests() const {
 
 namespace {
 
+// The daemon's bound on each of input_len, output_len and count (daemon/job_spec.cc): the sums the engine
+// forms from them (longest sequence, total requests) stay far from int overflow.
+constexpr int kMaxRequestField = 1 << 20;
+constexpr int64_t kMaxTotalRequests = 1 << 24;
+
 Status positive_int(const YAML::Node& n, const std::string& field, int lo, int* out) {
   int v = 0;
-  if (!n || !n.IsScalar() || !YAML::convert<int>::decode(n, v) || v < lo)
+  if (!n || !n.IsScalar() || !YAML::convert<int>::decode(n, v) || v < lo || v > kMaxRequestField)
     return Status::Invalid(field + ": " + (n && n.IsScalar() ? n.Scalar() : std::string("missing")) +
-                           " is not an integer >= " + std::to_string(lo));
+                           " is not an integer in " + std::to_string(lo) + ".." + std::to_string(kMaxRequestField));
   *out = v;
   return Status::Ok();
 }
@@ -38,6 +43,7 @@ Result<Workload> parse_workload(const YAML::Node& node, const std::string& field
   const YAML::Node reqs = node["requests"];
   if (!reqs || !reqs.IsSequence() || reqs.size() == 0)
     return Status::Invalid(field + ".requests: must be a non-empty list of {name, input_len, output_len, count}");
+  int64_t total = 0;
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     const std::string f = field + ".requests[" + std::to_string(i) + "]";
     const YAML::Node r = reqs[i];
@@ -49,20 +55,24 @@ Result<Workload> parse_workload(const YAML::Node& node, const std::string& field
     c.count = 1;
     if (r["count"])
       if (Status s = positive_int(r["count"], f + ".count", 1, &c.count); !s.ok()) return s;
+    total += c.count;
+    if (total > kMaxTotalRequests)
+      return Status::Invalid(field + ".requests: more than " + std::to_string(kMaxTotalRequests) + " requests in all");
     w.requests.push_back(c);
   }
   return w;
 }
 
 Result<Workload> load_workload_file(const std::string& path) {
-  if (!std::filesystem::exists(path)) return Status::NotFound("workload: file " + path + " not found");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return Status::NotFound("workload: file " + path + " not found");
   YAML::Node n;
   try {
     n = YAML::LoadFile(path);
   } catch (const std::exception& e) {
     return Status::Invalid("workload: " + path + " is not YAML: " + e.what());
   }
-  if (n["workload"]) n = n["workload"];
+  if (n.IsMap() && n["workload"]) n = n["workload"];
   return parse_workload(n);
 }
 

@@ -8,6 +8,7 @@ pkgs=(build-essential cmake pkg-config
       libcpp-httplib-dev libssl-dev nodejs npm chromium   # libssl-dev: the dashboard's HTTPS (httplib::SSLServer)
       openssl         # the TLS tests make their certificates with it
       jq              # scripts/demo.sh reads the best trial from `soartune best --json`
+      clang libclang-rt-dev   # the libFuzzer targets (tests/fuzz/, scripts/fuzz.sh): clang and its runtime
       python3-numpy   # the independent GPTQ checkpoint decoder (tests/gptq_decode.py)
       munge slurmctld slurmd slurm-client)   # the Slurm executor's test starts a one-node cluster
 missing=()

@@ -17,6 +17,12 @@ Status int_field(const YAML::Node& n, const std::string& field, int lo, int* out
   return Status::Ok();
 }
 
+// Whether `path` names an existing file; a path the file system refuses (too long, ...) names none.
+bool exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
 }  // namespace
 
 Result<TrialSpec> load_trial(const std::string& path) {
@@ -30,8 +36,9 @@ Result<TrialSpec> load_trial(const std::string& path) {
   static const char* kKeys[] = {"model", "backend", "seed", "launch", "layer_overrides", "workload", "tiers", "accuracy", "calibration", "reference", "name",
                                 "fidelity"};   // fidelity: soartuned's record of the workload fraction this file runs
   for (const auto& kv : root) {
-    const std::string k = kv.first.as<std::string>();
     // Unknown top-level keys are tolerated (a newer exporter may add some); knobs inside launch are not.
+    if (!kv.first.IsScalar()) return Status::Invalid("trial: " + path + ": a top-level key is not a string");
+    const std::string& k = kv.first.Scalar();
     if (std::find(std::begin(kKeys), std::end(kKeys), k) == std::end(kKeys)) spdlog::warn("trial: ignoring unknown key {}", k);
   }
   TrialSpec t;
@@ -75,12 +82,13 @@ Result<TrialSpec> load_trial(const std::string& path) {
     if (!a.IsMap()) return Status::Invalid("accuracy: must be a mapping {set, samples, prompt_len, continuation_len}");
     if (a["set"]) {
       t.accuracy.set = a["set"].IsScalar() ? a["set"].Scalar() : "";
-      if (t.accuracy.set != "synthetic" && !std::filesystem::exists(t.accuracy.set))
+      if (t.accuracy.set != "synthetic" && !exists(t.accuracy.set))
         return Status::Invalid("accuracy.set: " + t.accuracy.set + " is not one of synthetic, or an existing .jsonl file");
     }
     if (a["model"]) {
       t.accuracy.model = a["model"].IsScalar() ? a["model"].Scalar() : "";
-      if (t.accuracy.model.rfind("hf:", 0) != 0 || !std::filesystem::is_directory(t.accuracy.model.substr(3)))
+      std::error_code ec;
+      if (t.accuracy.model.rfind("hf:", 0) != 0 || !std::filesystem::is_directory(t.accuracy.model.substr(3), ec))
         return Status::Invalid("accuracy.model: '" + t.accuracy.model + "' is not hf:<an existing model directory>");
     }
     if (a["samples"]) if (Status s = int_field(a["samples"], "accuracy.samples", 1, &t.accuracy.samples); !s.ok()) return s;
@@ -91,7 +99,7 @@ Result<TrialSpec> load_trial(const std::string& path) {
     if (!c.IsMap()) return Status::Invalid("calibration: must be a mapping {set, samples, damp_pct, cache_dir}");
     if (c["set"]) {
       t.calibration.set = c["set"].IsScalar() ? c["set"].Scalar() : "";
-      if (!std::filesystem::exists(t.calibration.set))
+      if (!exists(t.calibration.set))
         return Status::Invalid("calibration.set: " + t.calibration.set + " is not an existing .jsonl file");
     }
     if (c["samples"]) if (Status s = int_field(c["samples"], "calibration.samples", 1, &t.calibration.samples); !s.ok()) return s;
@@ -106,10 +114,12 @@ Result<TrialSpec> load_trial(const std::string& path) {
   if (const YAML::Node r = root["reference"]) {
     if (!r.IsMap() && !r.IsNull()) return Status::Invalid("reference: must be a mapping {write, read}");
     if (r.IsMap()) {
-      if (r["write"]) t.reference_write = r["write"].as<std::string>();
+      for (const char* k : {"write", "read"})
+        if (r[k] && !r[k].IsScalar()) return Status::Invalid(std::string("reference.") + k + ": must be a path");
+      if (r["write"]) t.reference_write = r["write"].Scalar();
       if (r["read"]) {
-        t.reference_read = r["read"].as<std::string>();
-        if (!std::filesystem::exists(t.reference_read)) return Status::Invalid("reference.read: " + t.reference_read + " does not exist");
+        t.reference_read = r["read"].Scalar();
+        if (!exists(t.reference_read)) return Status::Invalid("reference.read: " + t.reference_read + " does not exist");
       }
     }
   }

@@ -2,6 +2,8 @@
 // or broken worker prints is an error naming the field, never an exception; text stays valid UTF-8.
 #include "core/worker_result.h"
 
+#include <chrono>
+
 #include <gtest/gtest.h>
 
 #include "core/utf8.h"
@@ -100,6 +102,22 @@ TEST(WorkerResult, LongStringsAreCutOnACharacterBoundary) {
   EXPECT_EQ(m.substr(0, kMaxResultString - 1), std::string(kMaxResultString - 1, 'x'));
   EXPECT_EQ(m.substr(kMaxResultString - 1, 1), " ");   // the two-byte character did not fit: left out whole
   EXPECT_EQ(valid_utf8(m), m);
+}
+
+// 4 MB of lines that each open an object which runs on into the next line ("[0," then "{" is valid JSON): each
+// line tried as the start of the result parsed to the end of the text, quadratic in the line count (hours for
+// the daemon). Only the last kMaxResultLineTries lines are tried; a result after such lines still reads.
+TEST(WorkerResult, ManyLinesOpeningObjectsCostLinearTime) {
+  std::string junk;
+  while (junk.size() < (4u << 20)) junk += "{\"a\":[0,\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<WorkerResult> r = parse_worker_output(junk);
+  EXPECT_FALSE(r.ok());
+  Result<WorkerResult> good = parse_worker_output(junk + to_json(full_result()) + "\n");
+  ASSERT_TRUE(good.ok()) << good.status().message;
+  EXPECT_EQ(to_json(good.value()), to_json(full_result()));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 60.0) << "quadratic again? (linear takes about a second)";
 }
 
 TEST(Utf8, InvalidBytesAreReplacedAndCutsKeepCharactersWhole) {

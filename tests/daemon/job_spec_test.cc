@@ -288,6 +288,15 @@ TEST_F(JobSpecTest, HfModelBoundsLayerOverridesAndWorkloadLengths) {
   EXPECT_EQ(r.status().message.find("SECRET"), std::string::npos) << r.status().message;
 }
 
+// Names are checked without std::regex, whose recursive matcher overflowed the stack (and killed the daemon)
+// on a preset or workload name of 100 000 characters, well within the 256 KiB a spec may have.
+TEST_F(JobSpecTest, VeryLongNamesAreCheckedWithoutOverflowingTheStack) {
+  const std::string long_name(200000, 'a');
+  expect_error(with("model", "model: synthetic:" + long_name + "!"), "model");
+  expect_error(with("workload", "workload: " + long_name), "workload");
+  expect_error(with("workload", "workload: " + long_name + "!"), "workload");
+}
+
 }  // namespace
 }  // namespace soartune::daemon
 
@@ -322,6 +331,20 @@ TEST_F(JobSpecTest, SyntheticPresetIsCheckedAtSubmission) {
   // The engine builds the same shape the daemon checked.
   EXPECT_TRUE(parse(with("model", "model: synthetic:tiny-sala") + "layer_overrides: {\"7\": 8}\n").ok());
   expect_error(with("model", "model: synthetic:tiny-sala") + "layer_overrides: {\"8\": 8}\n", "layer_overrides.8");
+}
+
+// Found by tests/fuzz/job_spec_fuzz: input_len 08 passed the request check (read as decimal) and then threw
+// yaml-cpp's bad conversion (octal) in the context check, aborting the daemon. Request numbers are now read
+// as the worker reads them: 08 is refused, 010 is 8.
+TEST_F(JobSpecTest, RequestNumbersReadAsTheWorkerReadsThem) {
+  auto spec = [&](const std::string& input_len) {
+    return with("workload", "workload: {requests: [{input_len: " + input_len + ", output_len: 4, count: 1}]}");
+  };
+  expect_error(spec("08"), "workload.requests[0].input_len");
+  expect_error(spec("1e3"), "workload.requests[0].input_len");
+  soartune::Result<JobSpec> octal = parse(spec("010"));
+  ASSERT_TRUE(octal.ok()) << octal.status().message;
+  EXPECT_EQ(octal.value().workload["requests"][0]["input_len"].as<int>(), 8);
 }
 
 }  // namespace
