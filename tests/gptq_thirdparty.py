@@ -29,34 +29,10 @@ import sys
 
 import numpy as np
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I32": np.int32}
+# Reading a 16-bit checkpoint is the independent decoder's own reader (same directory, numpy only).
+from gptq_decode import read_checkpoint  # noqa: E402
+
 NAMES = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int32): "I32"}
-
-
-def read_safetensors(path):
-    data = open(path, "rb").read()
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = t["data_offsets"]
-        dt = np.dtype(DTYPES[t["dtype"]])
-        a = np.frombuffer(data, dtype=dt, count=(e - b) // dt.itemsize, offset=8 + n + b)
-        if t["dtype"] == "BF16":
-            a = (a.astype(np.uint32) << 16).view(np.float32)
-        out[name] = a.reshape(t["shape"])
-    return out
-
-
-def read_checkpoint(d):
-    index = os.path.join(d, "model.safetensors.index.json")
-    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
-    tensors = {}
-    for f in files:
-        tensors.update(read_safetensors(os.path.join(d, f)))
-    return tensors
 
 
 def write_safetensors(path, tensors):
