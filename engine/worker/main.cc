@@ -28,7 +28,9 @@ namespace {
 
 using nlohmann::json;
 
-// The timing-relevant environment this process runs with (the allowlist is core's kTimingEnvironment).
+// The timing-relevant environment this process runs with (the allowlist is core's kTimingEnvironment), recorded
+// with the trial as a fact about the machine. Nothing in soartune reads these to decide what to run: every
+// switch of ours is a knob in core/knob_catalogue, set by the trial file.
 std::map<std::string, std::string> timing_environment() {
   std::map<std::string, std::string> env;
   for (const char* name : kTimingEnvironment)
