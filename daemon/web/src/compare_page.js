@@ -21,8 +21,13 @@ export async function comparePage(main, params) {
                        el("div", { class: "panel" }, el("h2", {}, "best score over trials"), chartBox),
                        el("div", { class: "panel" }, el("h2", {}, "best configs"), tableBox));
   if (chosen.length === 0) return;
+  // A job with no complete trial yet has no best (the API answers 404): ask only for the ones the job list says
+  // have one, so a running job's page load logs no failed request.
+  const hasBest = new Set(jobs.filter((j) => j.best_trial !== "-1").map((j) => j.id));
   const data = await Promise.all(chosen.map(async (id) => {
-    const [trials, best] = await Promise.all([allTrials(id), get(`/api/jobs/${encodeURIComponent(id)}/best`).catch(() => null)]);
+    const [trials, best] = await Promise.all([
+      allTrials(id),
+      hasBest.has(id) ? get(`/api/jobs/${encodeURIComponent(id)}/best`).catch(() => null) : Promise.resolve(null)]);
     return { id, trials, best };
   }));
   const series = data.map(({ id, trials }) => {
