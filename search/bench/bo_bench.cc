@@ -69,6 +69,8 @@ struct Landscape {
   Config reference;
   ScoringSpec scoring;
   std::function<Truth(const Config&)> truth;
+  // Where the table holds repeated measurements: one of them, drawn (a measurement); otherwise truth + noise.
+  std::function<Truth(const Config&, std::mt19937_64&)> observe;
   double duration_noise = 0.02, accuracy_noise = 0.3;
   std::vector<Config> all;                        // every config (enumerated)
   std::array<double, kTiers> best_durations{};    // fastest over the space: "the fastest team"
@@ -199,57 +201,135 @@ cuda_graph_max_bs: {type: pow2, low: 1, high: 256, when: {cuda_graphs: [true]}}
   return L;
 }
 
-// Replay: rows of search/bench/data/tiny_engine_trials.csv. Columns: the space's knobs, then d_c1, d_c8,
-// d_cinf, accuracy_pct, failed. The space is every column's set of values (as choices).
-bool replay_landscape(const std::string& path, Landscape* out) {
+// A recorded trial table, either format: the replay table (the knobs, then d_c1, d_c8, d_cinf, accuracy_pct,
+// failed) or the multi-fidelity one (the knobs, then fidelity, [repeat,] d_c1, d_c8, d_cinf, accuracy_pct, failed,
+// wall_s). Columns are found by name; the knobs are the columns before the first of them.
+struct TableRow {
+  std::vector<std::string> knobs;
+  double fidelity = 1.0;
+  int repeat = 0;
+  Truth truth;
+  double wall_s = 0;
+};
+struct TrialTable {
+  std::vector<std::string> knobs;
+  bool has_fidelity = false;
+  std::vector<TableRow> rows;
+};
+
+bool read_table(const std::string& path, TrialTable* out) {
   std::ifstream in(path);
   if (!in) return false;
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> header;
-  {
-    std::stringstream ss(line);
-    std::string f;
-    while (std::getline(ss, f, ',')) header.push_back(f);
-  }
-  const int nk = static_cast<int>(header.size()) - 5;
-  auto table = std::make_shared<std::map<std::string, Truth>>();
-  std::vector<std::set<std::string>> values(static_cast<size_t>(nk));
-  std::vector<std::vector<std::string>> order(static_cast<size_t>(nk));
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
+  auto split = [](const std::string& line) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     std::string x;
     while (std::getline(ss, x, ',')) f.push_back(x);
-    if (static_cast<int>(f.size()) != nk + 5) continue;
-    Config c;
-    for (int k = 0; k < nk; ++k) {
-      c[header[k]] = value_from_text(f[k]);
-      if (values[k].insert(f[k]).second) order[k].push_back(f[k]);
+    return f;
+  };
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = split(line);
+  auto col = [&](const char* name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    return it == header.end() ? -1 : static_cast<int>(it - header.begin());
+  };
+  const int fid = col("fidelity"), rep = col("repeat"), d0 = col("d_c1"), acc = col("accuracy_pct"),
+            failed = col("failed"), wall = col("wall_s");
+  if (d0 < 0 || acc < 0 || failed < 0) return false;
+  const int nk = fid >= 0 ? fid : d0;
+  out->knobs.assign(header.begin(), header.begin() + nk);
+  out->has_fidelity = fid >= 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const std::vector<std::string> f = split(line);
+    if (f.size() != header.size()) continue;
+    TableRow r;
+    r.knobs.assign(f.begin(), f.begin() + nk);
+    if (fid >= 0) r.fidelity = std::stod(f[static_cast<size_t>(fid)]);
+    if (rep >= 0) r.repeat = std::stoi(f[static_cast<size_t>(rep)]);
+    for (int k = 0; k < kTiers; ++k) r.truth.metrics.duration_s[k] = std::stod(f[static_cast<size_t>(d0 + k)]);
+    r.truth.metrics.relative_accuracy_pct = std::stod(f[static_cast<size_t>(acc)]);
+    r.truth.failed = f[static_cast<size_t>(failed)] == "1" || f[static_cast<size_t>(failed)] == "true";
+    if (wall >= 0) r.wall_s = std::stod(f[static_cast<size_t>(wall)]);
+    out->rows.push_back(std::move(r));
+  }
+  return true;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The repeats of one config at one level: the truth is the per-metric median of the repeats that completed (failed
+// only when every repeat failed); a search observes one of the repeats, drawn at random (the measurement noise).
+struct Repeats {
+  std::vector<Truth> runs;
+  std::vector<double> wall_s;
+  Truth median() const {
+    std::vector<const Truth*> ok;
+    for (const Truth& t : runs)
+      if (!t.failed) ok.push_back(&t);
+    if (ok.empty()) return runs.front();
+    Truth m;
+    for (int k = 0; k < kTiers; ++k) {
+      std::vector<double> v;
+      for (const Truth* t : ok) v.push_back(t->metrics.duration_s[k]);
+      m.metrics.duration_s[k] = median_of(v);
     }
-    Truth t;
-    for (int k = 0; k < kTiers; ++k) t.metrics.duration_s[k] = std::stod(f[nk + k]);
-    t.metrics.relative_accuracy_pct = std::stod(f[nk + 3]);
-    t.failed = f[nk + 4] == "1" || f[nk + 4] == "true";
-    (*table)[config_key(c)] = t;
+    std::vector<double> a;
+    for (const Truth* t : ok) a.push_back(t->metrics.relative_accuracy_pct);
+    m.metrics.relative_accuracy_pct = median_of(a);
+    return m;
+  }
+};
+
+// Replay: a table of real trials (search/bench/data/tiny_engine_trials.csv, or the full-fidelity rows of a
+// multi-fidelity table such as tiny_gpu_fidelity_trials.csv). The space is every knob column's set of values (as
+// choices, in the order first seen: the first row is the reference config). Repeated rows of a config: the truth
+// is their median and each trial observes one repeat at random.
+bool replay_landscape(const std::string& path, Landscape* out) {
+  TrialTable T;
+  if (!read_table(path, &T)) return false;
+  const size_t nk = T.knobs.size();
+  auto table = std::make_shared<std::map<std::string, Repeats>>();
+  std::vector<std::vector<std::string>> order(nk);
+  for (const TableRow& r : T.rows) {
+    if (r.fidelity != 1.0) continue;
+    Config c;
+    for (size_t k = 0; k < nk; ++k) {
+      c[T.knobs[k]] = value_from_text(r.knobs[k]);
+      if (std::find(order[k].begin(), order[k].end(), r.knobs[k]) == order[k].end()) order[k].push_back(r.knobs[k]);
+    }
+    Repeats& rp = (*table)[config_key(c)];
+    rp.runs.push_back(r.truth);
+    rp.wall_s.push_back(r.wall_s);
   }
   std::string yaml;
-  for (int k = 0; k < nk; ++k) {
-    yaml += header[k] + ": {type: choice, values: [";
+  for (size_t k = 0; k < nk; ++k) {
+    yaml += T.knobs[k] + ": {type: choice, values: [";
     for (size_t i = 0; i < order[k].size(); ++i) yaml += (i ? ", " : "") + order[k][i];
     yaml += "]}\n";
   }
   Landscape L;
   L.name = "replay";
   L.space = parse_space(yaml);
-  for (int k = 0; k < nk; ++k) L.reference[header[k]] = value_from_text(order[k][0]);
+  for (size_t k = 0; k < nk; ++k) L.reference[T.knobs[k]] = value_from_text(order[k][0]);
   L.duration_noise = 0;   // the table's values are already measurements
   L.accuracy_noise = 0;
-  L.truth = [table](const Config& c) {
+  auto medians = std::make_shared<std::map<std::string, Truth>>();
+  for (const auto& [key, rp] : *table) (*medians)[key] = rp.median();
+  L.truth = [medians](const Config& c) {
+    auto it = medians->find(config_key(c));
+    if (it == medians->end()) return Truth{true, {}};
+    return it->second;
+  };
+  L.observe = [table](const Config& c, std::mt19937_64& rng) {
     auto it = table->find(config_key(c));
     if (it == table->end()) return Truth{true, {}};
-    return it->second;
+    return it->second.runs[rng() % it->second.runs.size()];
   };
   finish(L);
   *out = std::move(L);
@@ -259,7 +339,7 @@ bool replay_landscape(const std::string& path, Landscape* out) {
 Observation measure(const Landscape& L, const Config& c, std::mt19937_64& rng) {
   Observation o;
   o.config = c;
-  const Truth t = L.truth(c);
+  const Truth t = L.observe ? L.observe(c, rng) : L.truth(c);
   if (t.failed) {
     o.outcome = Outcome::kFailed;
     o.failure = FailureKind::kOutOfMemory;
@@ -368,53 +448,42 @@ int run_grid(const Landscape& L, uint64_t seed, int budget) {
 struct FidelityLandscape {
   Landscape full;                                              // the full level: space, targets
   std::vector<double> levels;                                  // ascending, ending with 1
-  std::map<double, std::map<std::string, Truth>> truth;        // level -> config key -> row
-  std::map<double, std::map<std::string, double>> wall_s;      // level -> config key -> the run's wall time
+  std::map<double, std::map<std::string, Truth>> truth;        // level -> config key -> row (median of repeats)
+  std::map<double, std::map<std::string, double>> wall_s;      // level -> config key -> the run's wall time (mean)
+  std::map<double, std::map<std::string, Repeats>> repeats;    // level -> config key -> every recorded run
 };
 
-// Columns: the knobs, then fidelity, d_c1, d_c8, d_cinf, accuracy_pct, failed, wall_s. Configs missing a level
-// are left out (a recording stopped mid-config).
+// A multi-fidelity table (read_table). Configs missing a level are left out (a recording stopped mid-config).
 bool fidelity_landscape(const std::string& path, FidelityLandscape* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> header;
-  {
-    std::stringstream ss(line);
-    std::string f;
-    while (std::getline(ss, f, ',')) header.push_back(f);
-  }
-  const int nk = static_cast<int>(header.size()) - 7;
-  if (nk <= 0 || header[static_cast<size_t>(nk)] != "fidelity") return false;
+  TrialTable T;
+  if (!read_table(path, &T) || !T.has_fidelity) return false;
+  const size_t nk = T.knobs.size();
   auto F = std::make_shared<FidelityLandscape>();
   std::map<std::string, Config> configs;
-  std::map<std::string, int> levels_seen;
   std::set<double> levels;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string x;
-    while (std::getline(ss, x, ',')) f.push_back(x);
-    if (static_cast<int>(f.size()) != nk + 7) continue;
+  std::string first_key;
+  for (const TableRow& r : T.rows) {
     Config c;
-    for (int k = 0; k < nk; ++k) c[header[k]] = value_from_text(f[k]);
-    const double level = std::stod(f[nk]);
-    Truth t;
-    for (int k = 0; k < kTiers; ++k) t.metrics.duration_s[k] = std::stod(f[nk + 1 + k]);
-    t.metrics.relative_accuracy_pct = std::stod(f[nk + 4]);
-    t.failed = f[nk + 5] == "1";
+    for (size_t k = 0; k < nk; ++k) c[T.knobs[k]] = value_from_text(r.knobs[k]);
     const std::string key = config_key(c);
+    if (first_key.empty()) first_key = key;
     configs[key] = c;
-    levels.insert(level);
-    F->truth[level][key] = t;
-    F->wall_s[level][key] = std::stod(f[nk + 6]);
+    levels.insert(r.fidelity);
+    Repeats& rp = F->repeats[r.fidelity][key];
+    rp.runs.push_back(r.truth);
+    rp.wall_s.push_back(r.wall_s);
   }
+  for (const auto& [level, by_key] : F->repeats)
+    for (const auto& [key, rp] : by_key) {
+      F->truth[level][key] = rp.median();
+      double w = 0;
+      for (double x : rp.wall_s) w += x / static_cast<double>(rp.wall_s.size());
+      F->wall_s[level][key] = w;
+    }
   F->levels.assign(levels.begin(), levels.end());
   if (F->levels.size() < 2 || F->levels.back() != 1.0) return false;
   // The space: each knob's values over the configs complete at every level, in the order first seen.
-  std::vector<std::vector<std::string>> order(static_cast<size_t>(nk));
+  std::vector<std::vector<std::string>> order(nk);
   std::set<std::string> complete;
   for (const auto& [key, c] : configs) {
     bool all = true;
@@ -424,14 +493,14 @@ bool fidelity_landscape(const std::string& path, FidelityLandscape* out) {
   }
   for (const auto& [key, c] : configs) {
     if (!complete.count(key)) continue;
-    for (int k = 0; k < nk; ++k) {
-      const std::string v = to_text(c.at(header[k]));
+    for (size_t k = 0; k < nk; ++k) {
+      const std::string v = to_text(c.at(T.knobs[k]));
       if (std::find(order[k].begin(), order[k].end(), v) == order[k].end()) order[k].push_back(v);
     }
   }
   std::string yaml;
-  for (int k = 0; k < nk; ++k) {
-    std::vector<std::string>& o = order[static_cast<size_t>(k)];
+  for (size_t k = 0; k < nk; ++k) {
+    std::vector<std::string>& o = order[k];
     std::sort(o.begin(), o.end(), [](const std::string& a, const std::string& b) {
       char* ea = nullptr;
       char* eb = nullptr;
@@ -439,16 +508,19 @@ bool fidelity_landscape(const std::string& path, FidelityLandscape* out) {
       if (*ea == 0 && *eb == 0) return da > db;   // numbers: largest first (the 16-bit, bf16 reference side)
       return a < b;
     });
-    yaml += header[k] + ": {type: choice, values: [";
+    yaml += T.knobs[k] + ": {type: choice, values: [";
     for (size_t i = 0; i < o.size(); ++i) yaml += (i ? ", " : "") + o[i];
     yaml += "]}\n";
   }
   Landscape& L = F->full;
   L.name = "fidelity";
   L.space = parse_space(yaml);
-  // The recorded reference config (run_tiny_fidelity_grid.py: 16-bit weights, group 128, bf16 KV, batch 8).
+  // The reference config: the CPU table's (run_tiny_fidelity_grid.py --backend cpu: 16-bit weights, group 128,
+  // bf16 KV, batch 8) where the table holds it, otherwise the table's first row (the recorder writes the
+  // reference config first).
   L.reference = {{"weight_bits", int64_t{16}}, {"weight_group_size", int64_t{128}}, {"attn_weight_bits", int64_t{0}},
                  {"kv_cache_dtype", std::string("bf16")}, {"max_running_requests", int64_t{8}}};
+  if (!complete.count(config_key(L.reference)) && complete.count(first_key)) L.reference = configs.at(first_key);
   L.duration_noise = 0;
   L.accuracy_noise = 0;
   const FidelityLandscape* raw = F.get();
@@ -495,6 +567,7 @@ TimedResult run_timed(const FidelityLandscape& F, Strategy& s, uint64_t seed, in
   p.eta = eta;
   std::vector<Observation> hist;
   TimedResult r;
+  std::mt19937_64 draw(seed * 31 + 7);
   auto run = [&](const Config& c, double level) {
     const std::string key = config_key(c);
     Observation o;
@@ -510,14 +583,17 @@ TimedResult run_timed(const FidelityLandscape& F, Strategy& s, uint64_t seed, in
       ++r.unrecorded;
       return false;
     }
-    r.device_s += F.wall_s.at(level).at(key);
+    // One recorded run of it, drawn: its measurements and its wall time (a single run: the table's row).
+    const Repeats& rp = F.repeats.at(level).at(key);
+    const size_t pick = rp.runs.size() > 1 ? static_cast<size_t>(draw() % rp.runs.size()) : 0;
+    r.device_s += rp.wall_s[pick];
     ++r.trials;
-    if (t->second.failed) {
+    if (rp.runs[pick].failed) {
       o.outcome = Outcome::kFailed;
       o.failure = FailureKind::kOutOfMemory;
     } else {
       o.outcome = Outcome::kComplete;
-      o.metrics = t->second.metrics;
+      o.metrics = rp.runs[pick].metrics;
     }
     hist.push_back(std::move(o));
     if (level < 1.0) return false;

@@ -1,17 +1,32 @@
 #!/usr/bin/env python3
-"""Records tiny_fidelity_trials.csv, the multi-fidelity replay table bo_bench's `--landscape fidelity` looks up.
+"""Records a multi-fidelity replay table (tiny_fidelity_trials.csv on the CPU, tiny_gpu_fidelity_trials.csv on a
+GPU), the table bo_bench's `--landscape fidelity` (and, at fidelity 1, `--landscape replay`) looks up.
 
-The grid and model are those of run_tiny_grid.py (tiny-llama-bpe4k, CPU backend, one thread, workload tiny-test,
-8 accuracy samples). Every config runs once at each fidelity level of LEVELS; a level f < 1 shortens the workload
-exactly as soartuned does (daemon/fidelity.cc, docs/FORMATS.md `multi_fidelity`): each request class keeps its
-input_len and gets ceil(f * count) requests of ceil(f * output_len) output tokens, and the accuracy set keeps its
-first ceil(f * samples) samples; each level has its own reference trial (the reference config at that level), so
-relative accuracy compares equal sample sets. A row records the tier durations, the relative accuracy and the
-trial's wall time (the simulated device time of a replayed trial). Configs run in a seeded random order and rows
-are written as they finish, so a run stopped early leaves a uniform random subset of the grid.
+Model: tiny-llama-bpe4k with its public accuracy set eval_public.jsonl (real accuracy: the `task` metric against
+the reference config's outputs). Every config runs at each fidelity level of LEVELS, REPEATS times; a level f < 1
+shortens the workload exactly as soartuned does (daemon/fidelity.cc, docs/FORMATS.md `multi_fidelity`): each
+request class keeps its input_len and gets ceil(f * count) requests of ceil(f * output_len) output tokens, and the
+accuracy set keeps its first ceil(f * samples) samples; each level has its own reference trial (the reference
+config at that level), so relative accuracy compares equal sample sets. A row records the repeat index, the tier
+durations, the relative accuracy and the trial's wall time (process start to result: the simulated device time of
+a replayed trial, since the daemon starts a worker per trial too). Configs run in a seeded random order (the
+reference config first, so it is the table's first row) and rows are written as they finish, so a run stopped
+early leaves a uniform random subset of the grid.
 
-Usage: run_tiny_fidelity_grid.py BUILD_DIR [--model DIR] [--jobs N] [--values KNOB=V1,V2 ...] [--skip CSV]
-           > tiny_fidelity_trials.csv
+--backend cpu (the recorded CPU table): one thread per trial, JOBS trials at a time each pinned to a core; the grid
+  of run_tiny_grid.py and its workload tiny-test (8 accuracy samples).
+--backend cuda: trials run one at a time (the GPU is the timed resource). The workload is the race's three
+  request shapes (race-gpu: 100->4000, 100->500, 60000->500) scaled to the model's 2048-token context: 4 x
+  32->512, 8 x 32->64, 2 x 1536->64, with 16 accuracy samples. A decode step of this model is a few hundred
+  microseconds, so a full trial's tiers hold thousands of steps (c1: 2688) and last tenths of seconds: per-launch
+  jitter averages out and the tiers measure the knobs (graphs, batch, formats), not the timer. Grid: the GPU knobs
+  that change a small model's step: weight_bits 16/8/4 (group 128), kv_cache_dtype bf16/fp8_e4m3,
+  max_running_requests 2/4/8/16, cuda_graphs on/off (48 configs).
+Each config's runs are made together (repeat by repeat, each repeat over every level), so --deadline cuts at a
+config boundary: a config is started only if the mean time of the configs so far still fits before the deadline.
+
+Usage: run_tiny_fidelity_grid.py BUILD_DIR [--backend cpu|cuda] [--model DIR] [--jobs N] [--repeats N]
+           [--deadline SECONDS] [--values KNOB=V1,V2 ...] [--skip CSV] [--limit N] > table.csv
   --values restricts a knob to some of the grid's values (repeatable); --skip leaves out configs that already
   have all their levels in an earlier output (concatenate the two outputs' rows afterwards).
 """
@@ -28,13 +43,24 @@ import sys
 import tempfile
 import time
 
-KNOBS = ["weight_bits", "weight_group_size", "attn_weight_bits", "kv_cache_dtype", "max_running_requests"]
-REFERENCE = (16, 128, 0, "bf16", 8)
-GRID = list(itertools.product([16, 8, 4], [32, 64, 128], [0, 8, 4], ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"],
-                              [1, 2, 4, 8, 16]))
 LEVELS = [1 / 9, 1 / 3, 1.0]
-REQUESTS = [("short-long", 8, 12, 2), ("short-short", 8, 4, 2), ("long-short", 40, 4, 1)]
-SAMPLES = 8
+SETUPS = {
+    "cpu": dict(
+        knobs=["weight_bits", "weight_group_size", "attn_weight_bits", "kv_cache_dtype", "max_running_requests"],
+        reference=(16, 128, 0, "bf16", 8),
+        grid=list(itertools.product([16, 8, 4], [32, 64, 128], [0, 8, 4], ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"],
+                                    [1, 2, 4, 8, 16])),
+        workload="tiny-test",
+        requests=[("short-long", 8, 12, 2), ("short-short", 8, 4, 2), ("long-short", 40, 4, 1)],
+        samples=8),
+    "cuda": dict(
+        knobs=["weight_bits", "kv_cache_dtype", "max_running_requests", "cuda_graphs"],
+        reference=(16, "bf16", 8, "true"),
+        grid=list(itertools.product([16, 8, 4], ["bf16", "fp8_e4m3"], [2, 4, 8, 16], ["true", "false"])),
+        workload="race-gpu-tiny",
+        requests=[("short-long", 32, 512, 4), ("short-short", 32, 64, 8), ("long-short", 1536, 64, 2)],
+        samples=16),
+}
 
 
 def shortened(n, f):
@@ -42,26 +68,28 @@ def shortened(n, f):
     return max(1, math.ceil(f * n - 1e-9))
 
 
-def trial_yaml(model, cfg, f, ref_mode, ref_path):
-    launch = ", ".join(f"{k}: {v}" for k, v in zip(KNOBS, cfg))
+def trial_yaml(setup, backend, model, cfg, f, ref_mode, ref_path):
+    launch = ", ".join(f"{k}: {v}" for k, v in zip(setup["knobs"], cfg))
     reqs = "\n".join(f"    - {{name: {n}, input_len: {i}, output_len: {shortened(o, f)}, count: {shortened(c, f)}}}"
-                     for n, i, o, c in REQUESTS)
+                     for n, i, o, c in setup["requests"])
     return f"""model: hf:{model}
-backend: cpu
+backend: {backend}
 seed: 1
 launch: {{{launch}}}
 workload:
-  name: tiny-test
+  name: {setup["workload"]}
   requests:
 {reqs}
 tiers: [1, 8, 0]
-accuracy: {{set: {model}/eval_public.jsonl, samples: {shortened(SAMPLES, f)}}}
+accuracy: {{set: {model}/eval_public.jsonl, samples: {shortened(setup["samples"], f)}}}
 reference: {{{ref_mode}: {ref_path}}}
 """
 
 
-def run_one(worker, spec_path, core):
-    cmd = ["taskset", "-c", str(core), worker, "--trial", spec_path, "--threads", "1"]
+def run_one(worker, spec_path, backend, core):
+    cmd = [worker, "--trial", spec_path]
+    if backend == "cpu":
+        cmd = ["taskset", "-c", str(core)] + cmd + ["--threads", "1"]
     t0 = time.monotonic()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -72,28 +100,36 @@ def run_one(worker, spec_path, core):
 
 
 def main():
+    t_start = time.monotonic()
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--backend", choices=sorted(SETUPS), default="cpu")
     ap.add_argument("--model", default=os.path.normpath(os.path.join(here, "../../../../shared/models/tiny-llama-bpe4k")))
-    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--jobs", type=int, default=0, help="CPU backend: trials at once (default: cores - 2)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each config at each level (rows keep the index)")
+    ap.add_argument("--deadline", type=float, default=0, help="seconds from the start: no config started after")
     ap.add_argument("--limit", type=int, default=0, help="only the first N configs of the shuffled grid")
     ap.add_argument("--values", action="append", default=[], help="KNOB=V1,V2: only these values of KNOB")
     ap.add_argument("--skip", help="an earlier output: configs with every level there are not run again")
     a = ap.parse_args()
+    setup = SETUPS[a.backend]
+    knobs = setup["knobs"]
+    # The GPU is one timed resource: its trials run one at a time.
+    jobs = 1 if a.backend == "cuda" else (a.jobs or max(1, (os.cpu_count() or 2) - 2))
     keep = {}
     for v in a.values:
         k, vals = v.split("=", 1)
-        if k not in KNOBS:
-            sys.exit(f"--values: {k} is not one of {', '.join(KNOBS)}")
-        keep[KNOBS.index(k)] = set(vals.split(","))
+        if k not in knobs:
+            sys.exit(f"--values: {k} is not one of {', '.join(knobs)}")
+        keep[knobs.index(k)] = set(vals.split(","))
     done = set()
     if a.skip:
         with open(a.skip) as fh:
             rows = [line.strip().split(",") for line in fh if line.strip()][1:]
         levels_of = {}
         for r in rows:
-            levels_of.setdefault(tuple(r[:len(KNOBS)]), set()).add(r[len(KNOBS)])
+            levels_of.setdefault(tuple(r[:len(knobs)]), set()).add(r[len(knobs)])
         done = {k for k, ls in levels_of.items() if len(ls) == len(LEVELS)}
     worker = os.path.join(a.build, "bin", "soartune-worker")
     tmp = tempfile.mkdtemp()
@@ -102,45 +138,63 @@ def main():
         ref = os.path.join(tmp, f"reference-{li}.json")
         path = os.path.join(tmp, f"ref-{li}.yaml")
         with open(path, "w") as fh:
-            fh.write(trial_yaml(a.model, REFERENCE, f, "write", ref))
-        if run_one(worker, path, 0)[0] is None:
-            sys.exit(f"reference trial at level {f} failed")
+            fh.write(trial_yaml(setup, a.backend, a.model, setup["reference"], f, "write", ref))
+        r, wall = run_one(worker, path, a.backend, 0)
+        if r is None:
+            sys.exit(f"reference trial at level {f} failed (spec {path})")
+        print(f"reference at level {f:.4f}: {wall:.2f} s", file=sys.stderr, flush=True)
         refs.append(ref)
-    cfgs = [REFERENCE] + [c for c in GRID if c != REFERENCE]
-    random.Random(21).shuffle(cfgs)
+    grid = [c for c in setup["grid"] if c != setup["reference"]]
+    random.Random(21).shuffle(grid)
+    cfgs = [setup["reference"]] + grid
     cfgs = [c for c in cfgs if all(str(c[i]) in vs for i, vs in keep.items())]
     cfgs = [c for c in cfgs if tuple(str(x) for x in c) not in done]
     if a.limit:
         cfgs = cfgs[:a.limit]
     cores = queue.Queue()
-    for k in range(a.jobs):
+    for k in range(jobs):
         cores.put(k % max(1, os.cpu_count() or 1))
+    config_s = []   # wall time of each finished config, for the deadline
 
     def task(i):
+        if a.deadline:
+            mean = sum(config_s) / len(config_s) if config_s else 0
+            if time.monotonic() - t_start + mean > a.deadline:
+                return i, None
         core = cores.get()
+        t0 = time.monotonic()
         try:
             rows = []
-            for li, f in enumerate(LEVELS):
-                path = os.path.join(tmp, f"t{i}-{li}.yaml")
-                with open(path, "w") as fh:
-                    fh.write(trial_yaml(a.model, cfgs[i], f, "read", refs[li]))
-                r, wall = run_one(worker, path, core)
-                rows.append((f, r, wall))
+            for rep in range(a.repeats):
+                for li, f in enumerate(LEVELS):
+                    path = os.path.join(tmp, f"t{i}-{rep}-{li}.yaml")
+                    with open(path, "w") as fh:
+                        fh.write(trial_yaml(setup, a.backend, a.model, cfgs[i], f, "read", refs[li]))
+                    r, wall = run_one(worker, path, a.backend, core)
+                    rows.append((f, rep, r, wall))
+            config_s.append(time.monotonic() - t0)
             return i, rows
         finally:
             cores.put(core)
 
-    print(",".join(KNOBS + ["fidelity", "d_c1", "d_c8", "d_cinf", "accuracy_pct", "failed", "wall_s"]), flush=True)
-    with cf.ThreadPoolExecutor(a.jobs) as ex:
+    print(",".join(knobs + ["fidelity", "repeat", "d_c1", "d_c8", "d_cinf", "accuracy_pct", "failed", "wall_s"]),
+          flush=True)
+    written = 0
+    with cf.ThreadPoolExecutor(jobs) as ex:
         for i, rows in ex.map(task, range(len(cfgs))):
+            if rows is None:
+                continue
+            written += 1
             key = [str(v) for v in cfgs[i]]
-            for f, r, wall in rows:
+            for f, rep, r, wall in rows:
                 if r is None:
-                    print(",".join(key + ["%.6f" % f, "0", "0", "0", "0", "1", "%.3f" % wall]), flush=True)
+                    print(",".join(key + ["%.6f" % f, str(rep), "0", "0", "0", "0", "1", "%.3f" % wall]), flush=True)
                     continue
                 d = [r["tiers"][t]["duration_s"] for t in range(3)]
-                print(",".join(key + ["%.6f" % f] + ["%.6g" % x for x in d] +
+                print(",".join(key + ["%.6f" % f, str(rep)] + ["%.6g" % x for x in d] +
                                ["%.4f" % r["accuracy"]["relative_pct"], "0", "%.3f" % wall]), flush=True)
+    print(f"{written} of {len(cfgs)} configs recorded ({a.repeats} repeats x {len(LEVELS)} levels) in "
+          f"{time.monotonic() - t_start:.1f} s", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
