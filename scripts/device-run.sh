@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Everything the CUDA area checks and measures on a lent GPU, in one call.
 #
-#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz]
+#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz | --with-model-xz] [--xz]
 #       (on the build machine) copies the executables of BUILD_DIR (default build-cuda) and their non-system
 #       shared libraries into .device/ (ignored by git), stripped; --with-model also copies the shared tiny
-#       model there for the whole-model test (--with-model-gz as a gzip tarball, 37 instead of 46 MB, unpacked
-#       by `run`: the device call carries 64 MiB in all).
+#       model there for the whole-model test (--with-model-gz as a gzip tarball, 37 instead of 46 MB,
+#       --with-model-xz as an xz one, 33 MB; unpacked by `run`: the device call carries 64 MiB in all). --xz packs
+#       the executables and libraries into one xz tarball too (the daemon's, the worker's and the kernels'
+#       libraries: about 48 MB as files, 20 MB packed), for calls that need the daemon and the model together.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: timing, decode, ncu_decode, ncu_gemv, sass) and writes
+#       tests sanitizer model bench peer e2e; also: timing, decode, ncu_decode, ncu_gemv, sass, tables, job8b) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
@@ -21,10 +23,13 @@ shift || true
 if [[ "$mode" == "bundle" ]]; then
   build="$here/build-cuda"
   with_model=0
+  pack=0
   for a in "$@"; do
     case "$a" in
       --with-model) with_model=1 ;;
       --with-model-gz) with_model=2 ;;
+      --with-model-xz) with_model=3 ;;
+      --xz) pack=1 ;;
       *) build="$a" ;;
     esac
   done
@@ -35,10 +40,10 @@ if [[ "$mode" == "bundle" ]]; then
   exes="${BUNDLE_EXES:-soartune_kernel_gpu_tests soartune_kernel_unit_tests soartune_cuda_model_tests soartune-bench soartune-worker soartuned soartune}"
   for exe in $exes; do
     src="$build/bin/$exe"
-    # The daemon and the CLI never touch CUDA: any build of them will do (the newest).
+    # The daemon, the CLI and bo_bench never touch CUDA: any build of them will do (the newest).
     [[ -x "$src" || "$exe" == soartune-worker ]] || src="$(ls -t "$here"/build-*/bin/"$exe" 2>/dev/null | head -1)"
     [[ -n "$src" && -x "$src" ]] || continue
-    [[ "$exe" == soartune || "$exe" == soartuned || -x "$build/bin/$exe" ]] || continue
+    [[ "$exe" == soartune || "$exe" == soartuned || "$exe" == bo_bench || -x "$build/bin/$exe" ]] || continue
     echo "bundle: $exe from $src"
     cp "$src" "$bundle/bin/"
     strip "$bundle/bin/$exe" 2>/dev/null || true
@@ -57,6 +62,11 @@ if [[ "$mode" == "bundle" ]]; then
     cp -r "$here/../shared/models/tiny-llama-bpe4k" "$bundle/shared/models/"
   elif [[ $with_model -eq 2 ]]; then
     tar cf - -C "$here/../shared/models" tiny-llama-bpe4k | gzip -1 >"$bundle/tiny-llama-bpe4k.tgz"
+  elif [[ $with_model -eq 3 ]]; then
+    tar cf - -C "$here/../shared/models" tiny-llama-bpe4k | xz -T2 -6 >"$bundle/tiny-llama-bpe4k.txz"
+  fi
+  if [[ $pack -eq 1 ]]; then
+    tar cf - -C "$bundle" bin lib | xz -T2 -6 >"$bundle/exes.txz" && rm -rf "$bundle/bin" "$bundle/lib"
   fi
   cp "$here/scripts/torch_peer.py" "$bundle/" 2>/dev/null || true
   du -sh "$bundle" "$bundle"/* | sed 's/^/bundle: /'
@@ -68,6 +78,12 @@ OUT="${OUT:-/tmp/soartune-device-out}"
 mkdir -p "$OUT"
 if [[ -f "$bundle/tiny-llama-bpe4k.tgz" && ! -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
   mkdir -p "$bundle/shared/models" && tar xzf "$bundle/tiny-llama-bpe4k.tgz" -C "$bundle/shared/models"
+fi
+if [[ -f "$bundle/tiny-llama-bpe4k.txz" && ! -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
+  mkdir -p "$bundle/shared/models" && tar xJf "$bundle/tiny-llama-bpe4k.txz" -C "$bundle/shared/models"
+fi
+if [[ -f "$bundle/exes.txz" && ! -d "$bundle/bin" ]]; then
+  tar xJf "$bundle/exes.txz" -C "$bundle"
 fi
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(tests model bench peer sanitizer e2e)
@@ -280,6 +296,92 @@ YAML
     fi
   } >"$OUT/e2e.log" 2>&1
   note "e2e: $(grep -E 'worker rc=|"ok"' "$OUT/e2e.log" | head -2 | cut -c1-200 | tr '\n' ' ')"
+fi
+
+# GPU-measured landscapes (issue 21): tiny-llama-bpe4k with real accuracy at fidelities 1/9, 1/3, 1, each config
+# TABLE_REPEATS times (default 2), configs started until TABLE_DEADLINE seconds (default 220) have passed; then
+# bo_bench's multi-fidelity and replay benchmarks and the BoTorch peer on that table, each bounded (the peer: 15
+# seeds, one per process beside the timing run, 60 s each, so that one wave of 16 processes finishes in time). TABLE_BACKEND=cpu
+# and TABLE_ARGS (e.g. --limit 2) check the step's plumbing on a machine without a GPU.
+if want tables; then
+  model="$bundle/shared/models/tiny-llama-bpe4k"
+  table="$OUT/tiny_gpu_fidelity_trials.csv"
+  deadline="${TABLE_DEADLINE:-220}"
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout $((deadline + 90)) python3 "$here/search/bench/data/run_tiny_fidelity_grid.py" "$bundle" \
+    --backend "${TABLE_BACKEND:-cuda}" --model "$model" --repeats "${TABLE_REPEATS:-2}" --deadline "$deadline" \
+    ${TABLE_ARGS:-} >"$table" 2>"$OUT/tables.log"
+  note "tables: rc=$? in $(( $(date +%s) - t0 )) s, $(($(wc -l <"$table") - 1)) rows; $(tail -1 "$OUT/tables.log")"
+  if [[ -x "$bin/bo_bench" ]]; then
+    rows=$(($(wc -l <"$table") - 1))
+    { timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows"
+      timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows" \
+        --levels 0.333333,1; } >"$OUT/bo_bench_fidelity.txt" 2>&1
+    note "bo_bench fidelity: $(grep -E 'bayes / mf-bayes' "$OUT/bo_bench_fidelity.txt" | tr '\n' ' ')"
+    timeout 90 "$bin/bo_bench" --landscape replay --replay-table "$table" --seeds 20 --budget 100 \
+      --random-budget 1000 >"$OUT/bo_bench_replay.txt" 2>&1
+    note "bo_bench replay: $(grep -E 'random / bayes' "$OUT/bo_bench_replay.txt")"
+    "$bin/bo_bench" --landscape replay --replay-table "$table" --export-landscape "$OUT/gpu_replay_landscape.csv" \
+      >>"$OUT/bo_bench_replay.txt" 2>&1
+    PYTHONUNBUFFERED=1 timeout 80 python3 "$here/scripts/botorch_peer.py" "$OUT/gpu_replay_landscape.csv" --no-noise \
+      --seeds 15 --budget 60 --procs 16 --deadline 60 --json "$OUT/botorch_replay.json" >"$OUT/botorch_replay.txt" 2>&1
+    note "botorch peer (replay): rc=$? $(grep -E '"median_trials"|"unfinished"' "$OUT/botorch_replay.txt" | tr -d ' \n')"
+  else
+    note "bo_bench not in the bundle (BUNDLE_EXES)"
+  fi
+fi
+
+# The 8B shape through soartuned (issue 21): configs/jobs/h200-llama3-8b-mf.yaml (multi-fidelity, accuracy on the
+# tiny model as a proxy), the daemon run from .device/run so that the job's ../shared paths name the bundle's
+# model; the CLI's views of the finished job and the wall time from submission to the end. JOB8B_SPEC submits
+# another job file instead (e.g. a CPU job, to check the step's plumbing without a GPU).
+if want job8b; then
+  {
+    work="$(mktemp -d)"
+    port=51000 ; port=$((port + RANDOM % 1000))
+    mkdir -p "$bundle/run"
+    cat >"$work/daemon.yaml" <<YAML
+listen: 127.0.0.1:$port
+database: $work/soartune.db
+worker: $bin/soartune-worker
+parallel_trials: 1
+devices: [cuda:0]
+work_dir: $work/trials
+data_roots: [$bundle, $here/configs]
+log_level: info
+YAML
+    (cd "$bundle/run" && exec "$bin/soartuned" --config "$work/daemon.yaml") >"$OUT/job8b_daemon.log" 2>&1 &
+    dpid=$!
+    sleep 2
+    cli() { timeout 30 "$bin/soartune" --addr 127.0.0.1:$port "$@"; }
+    t0=$(date +%s.%N)
+    job="$(cli submit "${JOB8B_SPEC:-$here/configs/jobs/h200-llama3-8b-mf.yaml}" 2>&1 | tail -1)"
+    echo "submitted: $job"
+    timeout "${JOB8B_TIMEOUT:-250}" "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -30
+    echo "watch rc=${PIPESTATUS[0]}"
+    echo "job wall time: $(python3 -c "import sys; print(round($(date +%s.%N) - $t0, 1))") s"
+    echo "== jobs"; cli jobs
+    echo "== status"; cli status "$job"
+    echo "== trials"; cli trials "$job"
+    cli trials "$job" --json >"$OUT/job8b_trials.json"
+    echo "== best"; cli best "$job"
+    n=$(python3 -c "import json; print(len(json.load(open('$OUT/job8b_trials.json'))['trials']))" 2>/dev/null || echo 0)
+    for ((t = 0; t < n; ++t)); do echo "== show $t"; cli show "$job" "$t"; done
+    echo "== export (best)"; cli export "$job"
+    echo "== quantised full-fidelity trials and the gate"
+    python3 - "$OUT/job8b_trials.json" <<'PY'
+import json, sys
+for t in json.load(open(sys.argv[1]))["trials"]:
+    p = t["params"]
+    quant = str(p.get("weight_bits", 16)) != "16" or str(p.get("kv_cache_dtype", "bf16")).startswith("fp8")
+    print(f"trial {t['number']:>2} fidelity {t['fidelity']:.3g} {t['status']:<9} {json.dumps(p)} accuracy "
+          f"{t['relative_accuracy']:.2f}% (proxy {t['accuracy_proxy']}) gate {t['gate']} score {t['score']:.2f}"
+          f"{'  QUANTISED' if quant else ''}{'  CLEARS THE GATE' if quant and t['gate'] > 0 and t['fidelity'] >= 1 else ''}")
+PY
+    kill "$dpid" 2>/dev/null
+    wait "$dpid" 2>/dev/null
+  } >"$OUT/job8b.log" 2>&1
+  note "job8b: $(grep -E 'job wall time|watch rc' "$OUT/job8b.log" | tr '\n' ' ') $(grep -c 'CLEARS THE GATE' "$OUT/job8b.log") quantised full runs clear the gate"
 fi
 
 # The summary table, last.

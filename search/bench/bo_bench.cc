@@ -71,6 +71,9 @@ struct Landscape {
   std::function<Truth(const Config&)> truth;
   // Where the table holds repeated measurements: one of them, drawn (a measurement); otherwise truth + noise.
   std::function<Truth(const Config&, std::mt19937_64&)> observe;
+  // A replay table that holds part of its knobs' product (a recording stopped at its deadline): the configs it
+  // holds; another combination does not exist in the landscape, like a config can_implement rejects (no trial).
+  std::function<bool(const Config&)> recorded;
   double duration_noise = 0.02, accuracy_noise = 0.3;
   std::vector<Config> all;                        // every config (enumerated)
   std::array<double, kTiers> best_durations{};    // fastest over the space: "the fastest team"
@@ -332,6 +335,13 @@ bool replay_landscape(const std::string& path, Landscape* out) {
     return it->second.runs[rng() % it->second.runs.size()];
   };
   finish(L);
+  std::vector<Config> present;
+  for (const Config& c : L.all)
+    if (table->count(config_key(c))) present.push_back(c);
+  if (present.size() < L.all.size()) {
+    L.all = std::move(present);
+    L.recorded = [table](const Config& c) { return table->count(config_key(c)) > 0; };
+  }
   *out = std::move(L);
   return true;
 }
@@ -369,13 +379,23 @@ int run_strategy(const Landscape& L, Strategy& s, uint64_t seed, int budget, dou
   std::vector<Observation> hist;
   std::mt19937_64 noise(seed * 31 + 7);
   double total_ms = 0;
-  int asks = 0;
+  int asks = 0, rejected = 0;
   for (int trial = 1; trial <= budget; ++trial) {
     const auto t0 = std::chrono::steady_clock::now();
     auto sug = s.ask(p, hist, 1);
     total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ++asks;
     if (sug.empty()) break;
+    if (L.recorded && !L.recorded(sug[0].config)) {
+      Observation o;
+      o.config = sug[0].config;
+      o.outcome = Outcome::kFailed;
+      o.failure = FailureKind::kInvalidConfig;
+      hist.push_back(std::move(o));
+      --trial;
+      if (++rejected > 100000) break;
+      continue;
+    }
     hist.push_back(measure(L, sug[0].config, noise));
     if (true_score(L, sug[0].config) >= g_target * L.best_score) {
       if (ask_ms) *ask_ms = total_ms / asks;
@@ -395,7 +415,7 @@ int run_random(const Landscape& L, uint64_t seed, int budget) {
   int trial = 1, misses = 0;
   while (trial < budget && misses < 100000) {
     const Config c = L.space.canonical(L.space.sample(rng), L.reference);
-    if (!seen.insert(config_key(c)).second) {
+    if (!seen.insert(config_key(c)).second || (L.recorded && !L.recorded(c))) {
       ++misses;
       continue;
     }
@@ -436,7 +456,7 @@ int run_grid(const Landscape& L, uint64_t seed, int budget) {
   int trial = 1;
   if (true_score(L, L.reference) >= g_target * L.best_score) return 1;
   for (const Config& c : grid) {
-    if (config_key(c) == ref_key) continue;
+    if (config_key(c) == ref_key || (L.recorded && !L.recorded(c))) continue;
     if (++trial > budget) break;
     if (true_score(L, c) >= g_target * L.best_score) return trial;
   }
