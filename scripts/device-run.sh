@@ -41,7 +41,7 @@ if [[ "$mode" == "bundle" ]]; then
   for exe in $exes; do
     src="$build/bin/$exe"
     # The daemon, the CLI and bo_bench never touch CUDA: any build of them will do (the newest).
-    [[ -x "$src" || "$exe" == soartune-worker ]] || src="$(ls -t "$here"/build-*/bin/"$exe" 2>/dev/null | head -1)"
+    [[ -x "$src" || "$exe" == soartune-worker ]] || src="$(ls -t "$here"/build/bin/"$exe" "$here"/build-*/bin/"$exe" 2>/dev/null | head -1)"
     [[ -n "$src" && -x "$src" ]] || continue
     [[ "$exe" == soartune || "$exe" == soartuned || "$exe" == bo_bench || -x "$build/bin/$exe" ]] || continue
     echo "bundle: $exe from $src"
