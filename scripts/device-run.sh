@@ -299,14 +299,14 @@ YAML
 fi
 
 # GPU-measured landscapes (issue 21): tiny-llama-bpe4k with real accuracy at fidelities 1/9, 1/3, 1, each config
-# TABLE_REPEATS times (default 2), configs started until TABLE_DEADLINE seconds (default 220) have passed; then
+# TABLE_REPEATS times (default 2), configs started until TABLE_DEADLINE seconds (default 200) have passed; then
 # bo_bench's multi-fidelity and replay benchmarks and the BoTorch peer on that table, each bounded (the peer: 15
 # seeds, one per process beside the timing run, 60 s each, so that one wave of 16 processes finishes in time). TABLE_BACKEND=cpu
 # and TABLE_ARGS (e.g. --limit 2) check the step's plumbing on a machine without a GPU.
 if want tables; then
   model="$bundle/shared/models/tiny-llama-bpe4k"
   table="$OUT/tiny_gpu_fidelity_trials.csv"
-  deadline="${TABLE_DEADLINE:-220}"
+  deadline="${TABLE_DEADLINE:-200}"
   t0=$(date +%s)
   PYTHONUNBUFFERED=1 timeout $((deadline + 90)) python3 "$here/search/bench/data/run_tiny_fidelity_grid.py" "$bundle" \
     --backend "${TABLE_BACKEND:-cuda}" --model "$model" --repeats "${TABLE_REPEATS:-2}" --deadline "$deadline" \
