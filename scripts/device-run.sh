@@ -407,3 +407,12 @@ for (w, b), ms in sorted(peer.items()):
     print(f"peer {w} batch {b}: {ms:.3f} ms")
 PY
 fi
+
+# The device call brings back at most 8 files from $OUT: past 7, everything but the summary goes into one
+# archive (logs.tgz), so that no table or log is left behind.
+n_out=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+if (( n_out > 7 )); then
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tgz -printf '%P\n' | tar czf logs.tgz -T - \
+    && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tgz -delete)
+  echo "outputs packed into $OUT/logs.tgz ($n_out files)"
+fi
