@@ -299,7 +299,9 @@ YAML
 fi
 
 # GPU-measured landscapes (issue 21): tiny-llama-bpe4k with real accuracy at fidelities 1/9, 1/3, 1, each config
-# TABLE_REPEATS times (default 2), configs started until TABLE_DEADLINE seconds (default 200) have passed; then
+# TABLE_REPEATS times (default 2), configs started until TABLE_DEADLINE seconds (default 200) have passed (on the
+# H200, run 69: about 3.7 s of references and 7.4 s a config, so the whole 48-config grid takes TABLE_DEADLINE=370,
+# about 450 s with what follows: a call of its own); then
 # bo_bench's multi-fidelity and replay benchmarks and the BoTorch peer on that table, each bounded (the peer: 15
 # seeds, one per process beside the timing run, 60 s each, so that one wave of 16 processes finishes in time). TABLE_BACKEND=cpu
 # and TABLE_ARGS (e.g. --limit 2) check the step's plumbing on a machine without a GPU.
