@@ -410,11 +410,14 @@ for (w, b), ms in sorted(peer.items()):
 PY
 fi
 
-# The device call brings back at most 8 files from $OUT: past 7, everything but the summary goes into one
-# archive (logs.tgz), so that no table or log is left behind.
+# The device call brings back at most 8 files from $OUT: past 7, everything but the summary and earlier archives
+# goes into one archive (logs.tgz, then logs-2.tgz, ... when one call runs the script several times), so that
+# no table or log is left behind.
 n_out=$(find "$OUT" -maxdepth 1 -type f | wc -l)
 if (( n_out > 7 )); then
-  (cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tgz -printf '%P\n' | tar czf logs.tgz -T - \
-    && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tgz -delete)
-  echo "outputs packed into $OUT/logs.tgz ($n_out files)"
+  archive=logs.tgz
+  for i in 2 3 4 5 6; do [[ -e "$OUT/$archive" ]] && archive="logs-$i.tgz"; done
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name 'logs*.tgz' -printf '%P\n' | tar czf "$archive" -T - \
+    && find . -maxdepth 1 -type f ! -name summary.txt ! -name 'logs*.tgz' -delete)
+  echo "outputs packed into $OUT/$archive ($n_out files)"
 fi
