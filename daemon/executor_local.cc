@@ -13,6 +13,7 @@ ExecutorOutcome LocalExecutor::run(const TrialLaunch& t, TrialControl& control,
   ps.env.emplace_back("SOARTUNE_DEVICE", t.device);
   if (t.device.rfind("cuda:", 0) == 0) ps.env.emplace_back("CUDA_VISIBLE_DEVICES", t.device.substr(5));
   else ps.address_space_limit_bytes = memory_limit_bytes_;
+  ps.on_stdout_line = control.on_stdout_line;
   ExecutorOutcome o;
   o.process = run_process(ps, &control.cancel);
   return o;

@@ -11,11 +11,12 @@ function card(label, value, field) {
 }
 
 function header(job) {
-  const used = job.trials_done + job.trials_running;
+  const used = job.trials_done + (job.trials_pruned || 0) + job.trials_running;
   return el("div", { class: "cards", id: "job-cards" },
     card("state", state(job.state), "state"),
     card("trials used / budget", `${used} / ${job.trial_budget}`, "trials"),
     card("failed", job.trials_failed, "trials_failed"),
+    job.trials_pruned > 0 ? card("stopped early", job.trials_pruned, "trials_pruned") : null,
     card("running", job.trials_running, "trials_running"),
     card("best score", job.best_trial === "-1" ? "—" : score(job.best_score), "best_score"),
     card("best trial", job.best_trial === "-1" ? "—" : job.best_trial, "best_trial"),
