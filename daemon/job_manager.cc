@@ -709,7 +709,7 @@ void JobManager::run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt) {
   // hopeless trial is killed as a cancel would kill it, and recorded PRUNED below. Not the baseline runs, and not
   // screening runs (a shortened workload does not compare with full runs).
   if (run.spec->early_stop && !rt->is_reference && search::is_full_fidelity(rt->rec.fidelity)) {
-    rt->control.on_stdout_line = [this, &run, rt_ptr = rt.get(), warned = false](std::string_view line) mutable {
+    rt->control.on_stdout_line = [&run, rt_ptr = rt.get(), warned = false](std::string_view line) mutable {
       Result<std::optional<WorkerProgress>> p = parse_worker_progress(line);
       if (!p.ok()) {
         if (!warned) spdlog::warn("job {} trial {}: {}", run.id, rt_ptr->rec.number, p.status().message);

@@ -186,7 +186,7 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
               << (t.accuracy_proxy() ? " proxy: measured on the job's accuracy.model, not on the timed model" : "")
               << "\n";
   }
-  if (!t.error().empty()) {
+  if (!t.error().empty() && !t.has_early_stop()) {   // a stopped trial's reason is the line above
     std::istringstream lines(t.error());
     bool first = true;
     for (std::string line; std::getline(lines, line); first = false) {

@@ -121,6 +121,30 @@ TEST(EarlyStopJob, AHopelessTrialIsPrunedAndTheJobFinishes) {
   EXPECT_NE(d.cli({"export", id, "--trial", "1"}).exit_code, 0);
 }
 
+TEST(EarlyStopJob, AfterTheFirstTierTheTrialKeepsWhatItMeasured) {
+  TempDir dir;
+  Daemon d(dir, {"--data-root", dir.path()});
+  ASSERT_TRUE(d.start()) << d.log();
+  std::string job = std::string(kJob) + "early_stop: {after_tiers: 1}\n";   // the measured rule's margin: 5%
+  job.replace(job.find("trials: 3"), 9, "trials: 2");
+  std::string watched;
+  const std::string id = submit(d, dir, "after-c1.yaml", job, &watched);
+  const json trials = cli_json(d, {"trials", id, "--json", "--limit", "0"})["trials"];
+  ASSERT_EQ(trials.size(), 2u) << trials.dump();
+  const json& t = trials[1];
+  ASSERT_EQ(t["status"], "PRUNED") << t.dump();
+  EXPECT_EQ(t["early_stop"]["stage"], "c1");
+  EXPECT_DOUBLE_EQ(t["early_stop"]["margin"].get<double>(), 0.05);
+  // Its accuracy and its c1, as the worker reported them when the rule decided; nothing after.
+  ASSERT_EQ(t["tiers"].size(), 1u) << t["tiers"].dump();
+  EXPECT_EQ(t["tiers"][0]["tier"], "c1");
+  EXPECT_GT(t["tiers"][0]["duration_s"].get<double>(), 0);
+  EXPECT_LT(t["relative_accuracy"].get<double>(), 99.9);
+  const json shown = cli_json(d, {"show", id, "1", "--json"});
+  EXPECT_EQ(shown["result"]["progress"]["stage"], "c1") << "the last progress line is kept as the trial's result";
+  EXPECT_EQ(cli_json(d, {"status", id, "--json"})["state"], "SUCCEEDED");
+}
+
 TEST(EarlyStopJob, WithoutTheSectionEveryTrialRunsToTheEnd) {
   TempDir dir;
   Daemon d(dir, {"--data-root", dir.path()});
