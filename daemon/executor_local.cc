@@ -7,7 +7,8 @@ namespace soartune::daemon {
 ExecutorOutcome LocalExecutor::run(const TrialLaunch& t, TrialControl& control,
                                    const std::function<void(int64_t)>& /*submitted*/) {
   ProcessSpec ps;
-  ps.argv = {worker_, "--trial", t.trial_file};
+  // --progress: the worker's progress lines, which the early-stop rule reads (core/worker_progress.h).
+  ps.argv = {worker_, "--trial", t.trial_file, "--progress"};
   ps.cwd = t.work_dir;
   ps.timeout_s = t.timeout_s;
   ps.env.emplace_back("SOARTUNE_DEVICE", t.device);

@@ -166,7 +166,7 @@ ExecutorOutcome SlurmExecutor::run(const TrialLaunch& t, TrialControl& control,
     std::ofstream s(f.script);
     s << "#!/bin/sh\n"
       << "# soartune job " << t.job_id << ", trial " << t.number << "\n"
-      << sh_quote(worker_) << " --trial " << sh_quote(t.trial_file) << " >" << sh_quote(f.out) << " 2>"
+      << sh_quote(worker_) << " --trial " << sh_quote(t.trial_file) << " --progress >" << sh_quote(f.out) << " 2>"
       << sh_quote(f.err) << "\n"
       << "echo $? >" << sh_quote(f.exit + ".part") << " && mv " << sh_quote(f.exit + ".part") << " "
       << sh_quote(f.exit) << "\n";

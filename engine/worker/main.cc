@@ -1,5 +1,5 @@
 // soartune-worker: runs one trial (docs/FORMATS.md section 3) and prints one JSON result (section 4) on
-// stdout; logs go to stderr. Exit 0 on success, 2 on a bad config or model, 1 on any other failure.
+// stdout, after a progress line per measured stage with --progress; logs go to stderr. Exit 0 on success, 2 on a bad config or model, 1 on any other failure.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -164,7 +164,7 @@ Result<AccuracyResult> proxy_accuracy(const TrialSpec& trial, const BackendChoic
   return a;
 }
 
-int run(const std::string& trial_path, const std::string& backend_override, int threads) {
+int run(const std::string& trial_path, const std::string& backend_override, int threads, bool progress_lines) {
   const auto t_start = std::chrono::steady_clock::now();
   auto trial_or = load_trial(trial_path);
   if (!trial_or.ok()) return fail(trial_or.status(), true, "trial");
@@ -308,7 +308,7 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   progress.stage = "accuracy";
   progress.accuracy = result.accuracy;
   progress.elapsed_s = seconds_since(t_start);
-  report(progress);
+  if (progress_lines) report(progress);
 
   const auto t_tiers = std::chrono::steady_clock::now();
   for (int c : trial.tiers) {
@@ -321,7 +321,7 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
     progress.stage = t.tier;
     progress.tiers = result.tiers;
     progress.elapsed_s = seconds_since(t_start);
-    report(progress);
+    if (progress_lines) report(progress);
   }
   const double tiers_s = seconds_since(t_tiers);
 
@@ -349,7 +349,11 @@ int main(int argc, char** argv) {
   CLI::App app{"soartune-worker: run one trial, print one JSON result"};
   std::string trial, backend, checkpoint_dir;
   int threads = 0;
+  bool progress = false;
   app.add_option("--trial", trial, "trial file (docs/FORMATS.md section 3)")->required();
+  app.add_flag("--progress", progress,
+               "before the result, print a progress line after the accuracy and after each tier (docs/FORMATS.md "
+               "section 4; soartuned reads them to stop hopeless trials early)");
   app.add_option("--write-checkpoint", checkpoint_dir,
                  "instead of measuring: write the trial's model, quantised under its launch config, as a GPTQ checkpoint into DIR");
   app.add_option("--backend", backend, "override the trial's backend")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -366,7 +370,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (!checkpoint_dir.empty()) return soartune::engine::worker::write_checkpoint(trial, checkpoint_dir);
-    return soartune::engine::worker::run(trial, backend, threads);
+    return soartune::engine::worker::run(trial, backend, threads, progress);
   } catch (const std::bad_alloc& e) {
     soartune::WorkerResult r;
     r.error = {soartune::FailureKind::kOutOfMemory, "", std::string("host memory: ") + e.what()};

@@ -42,7 +42,7 @@ export async function jobPage(main, jobId) {
     el("h1", {}, `job ${job.id} `, el("span", { class: "note" }, job.name)),
     headerBox,
     el("div", { class: "grid" },
-      panel("optimisation history", "history", "score per trial, best so far; failed trials marked with their failure kind"),
+      panel("optimisation history", "history", "score per trial, best so far; failed trials marked with their failure kind, trials stopped early at the best score they could still reach"),
       panel("tier durations vs relative accuracy", "tradeoff", "shaded: the gate bands (C per accuracy range); dashed: the Pareto front per tier"),
       panel("parallel coordinates", "parallel", "the knobs that vary in this job, each complete trial coloured by its score"),
       panel("parameter importance", "importance", "first-order variance shares of the score over the complete trials (fANOVA-style main effects, no interactions)")),
