@@ -5,11 +5,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_fields.h"
+#include "core/worker_progress.h"
 #include "core/utf8.h"
 
 namespace soartune {
 
 using nlohmann::json;
+using json_fields::Reader;
 
 namespace {
 
@@ -27,86 +30,6 @@ std::string preview(std::string_view s) {
     if (static_cast<unsigned char>(c) < 32) c = ' ';
   return p;
 }
-
-const char* type_name(const json& j) {
-  if (j.is_null()) return "null";
-  if (j.is_boolean()) return "boolean";
-  if (j.is_number()) return "number";
-  if (j.is_string()) return "string";
-  if (j.is_array()) return "array";
-  return "object";
-}
-
-// Reads typed fields out of an untrusted JSON object; the first problem is kept with its field path.
-class Reader {
- public:
-  std::optional<std::string> problem;
-
-  void fail(const std::string& field, const std::string& what) {
-    if (!problem) problem = field + ": " + what;
-  }
-  void wrong_type(const std::string& field, const char* expected, const json& got) {
-    fail(field, std::string("expected ") + expected + ", got " + type_name(got));
-  }
-  // nullptr when absent (or not an object to look in).
-  const json* find(const json& obj, const char* key) {
-    auto it = obj.find(key);
-    return it == obj.end() ? nullptr : &*it;
-  }
-  void boolean(const json& obj, const char* key, const std::string& path, bool& out, bool required) {
-    const json* v = find(obj, key);
-    if (!v) return required ? fail(path, "missing") : void();
-    if (!v->is_boolean()) return wrong_type(path, "a boolean", *v);
-    out = v->get<bool>();
-  }
-  void number(const json& obj, const char* key, const std::string& path, double& out, bool required) {
-    const json* v = find(obj, key);
-    if (!v) return required ? fail(path, "missing") : void();
-    if (!v->is_number()) return wrong_type(path, "a number", *v);
-    const double d = v->get<double>();
-    if (!std::isfinite(d)) return fail(path, "not a finite number");
-    out = d;
-  }
-  template <typename Int>
-  void integer(const json& obj, const char* key, const std::string& path, Int& out) {
-    const json* v = find(obj, key);
-    if (!v) return;
-    if (!v->is_number_integer()) return wrong_type(path, "an integer", *v);
-    if (v->is_number_unsigned() ? v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) : false)
-      return fail(path, "out of range");
-    out = static_cast<Int>(v->get<int64_t>());
-  }
-  void string(const json& obj, const char* key, const std::string& path, std::string& out, bool required) {
-    const json* v = find(obj, key);
-    if (!v) return required ? fail(path, "missing") : void();
-    if (!v->is_string()) return wrong_type(path, "a string", *v);
-    out = capped(v->get_ref<const std::string&>());
-  }
-  static std::string capped(const std::string& s) {
-    // The parser only accepts valid UTF-8; valid_utf8 keeps that true whatever the input was.
-    if (s.size() <= kMaxResultString) return valid_utf8(s);
-    return valid_utf8(utf8_prefix(s, kMaxResultString)) + " [cut at " + std::to_string(kMaxResultString) + " bytes]";
-  }
-  void string_map(const json& obj, const char* key, const std::string& path, std::map<std::string, std::string>& out) {
-    const json* v = find(obj, key);
-    if (!v) return;
-    if (!v->is_object()) return wrong_type(path, "an object", *v);
-    for (auto it = v->begin(); it != v->end(); ++it) {
-      if (!it.value().is_string()) return wrong_type(path + "." + it.key(), "a string", it.value());
-      out[capped(it.key())] = capped(it.value().get_ref<const std::string&>());
-    }
-  }
-  void percentiles(const json& obj, const char* key, const std::string& path, LatencyPercentiles& out) {
-    const json* v = find(obj, key);
-    if (!v) return;
-    if (!v->is_object()) return wrong_type(path, "an object", *v);
-    number(*v, "p50", path + ".p50", out.p50, false);
-    number(*v, "p90", path + ".p90", out.p90, false);
-    number(*v, "p99", path + ".p99", out.p99, false);
-  }
-};
-
-json percentiles_json(const LatencyPercentiles& p) { return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; }
 
 Result<WorkerResult> read(const json& j) {
   Reader r;
@@ -179,30 +102,13 @@ Result<WorkerResult> read(const json& j) {
         break;
       }
       TierMeasurement m;
-      r.string(e, "tier", path + ".tier", m.tier, true);
-      r.integer(e, "concurrency", path + ".concurrency", m.concurrency);
-      r.number(e, "duration_s", path + ".duration_s", m.duration_s, true);
-      r.integer(e, "requests", path + ".requests", m.requests);
-      r.integer(e, "output_tokens", path + ".output_tokens", m.output_tokens);
-      r.percentiles(e, "ttft_ms", path + ".ttft_ms", m.ttft_ms);
-      r.percentiles(e, "tpot_ms", path + ".tpot_ms", m.tpot_ms);
-      r.number(e, "output_tokens_per_s", path + ".output_tokens_per_s", m.output_tokens_per_s, false);
+      r.tier(e, path, m);
       out.tiers.push_back(std::move(m));
     }
   const json* acc = r.find(j, "accuracy");
   if (!acc) r.fail("accuracy", "missing");
   else if (!acc->is_object()) r.wrong_type("accuracy", "an object", *acc);
-  else {
-    r.string(*acc, "metric", "accuracy.metric", out.accuracy.metric, false);
-    r.number(*acc, "relative_pct", "accuracy.relative_pct", out.accuracy.relative_pct, true);
-    r.number(*acc, "candidate", "accuracy.candidate", out.accuracy.candidate, false);
-    r.number(*acc, "reference", "accuracy.reference", out.accuracy.reference, false);
-    r.integer(*acc, "positions", "accuracy.positions", out.accuracy.positions);
-    r.boolean(*acc, "proxy", "accuracy.proxy", out.accuracy.proxy, false);
-    r.string(*acc, "proxy_model", "accuracy.proxy_model", out.accuracy.proxy_model, false);
-    r.number(*acc, "top1_agreement_pct", "accuracy.top1_agreement_pct", out.accuracy.top1_agreement_pct, false);
-    r.string(*acc, "top1_digest", "accuracy.top1_digest", out.accuracy.top1_digest, false);
-  }
+  else r.accuracy(*acc, "accuracy", out.accuracy);
   if (const json* q = r.find(j, "quantization")) {
     if (!q->is_object()) r.wrong_type("quantization", "an object", *q);
     else {
@@ -228,21 +134,9 @@ std::string to_json(const WorkerResult& r) {
     j["error"] = e;
   } else {
     json tiers = json::array();
-    for (const TierMeasurement& t : r.tiers)
-      tiers.push_back({{"tier", t.tier}, {"concurrency", t.concurrency}, {"duration_s", t.duration_s},
-                       {"requests", t.requests}, {"output_tokens", t.output_tokens},
-                       {"ttft_ms", percentiles_json(t.ttft_ms)}, {"tpot_ms", percentiles_json(t.tpot_ms)},
-                       {"output_tokens_per_s", t.output_tokens_per_s}});
+    for (const TierMeasurement& t : r.tiers) tiers.push_back(json_fields::tier_json(t));
     j["tiers"] = tiers;
-    j["accuracy"] = {{"metric", r.accuracy.metric}, {"relative_pct", r.accuracy.relative_pct},
-                     {"candidate", r.accuracy.candidate}, {"reference", r.accuracy.reference},
-                     {"positions", r.accuracy.positions}};
-    if (r.accuracy.proxy) {
-      j["accuracy"]["proxy"] = true;
-      j["accuracy"]["proxy_model"] = r.accuracy.proxy_model;
-    }
-    if (r.accuracy.top1_agreement_pct >= 0) j["accuracy"]["top1_agreement_pct"] = r.accuracy.top1_agreement_pct;
-    if (!r.accuracy.top1_digest.empty()) j["accuracy"]["top1_digest"] = r.accuracy.top1_digest;
+    j["accuracy"] = json_fields::accuracy_json(r.accuracy);
     if (!r.quantization.method.empty())
       j["quantization"] = {{"method", r.quantization.method},
                            {"calibration_sequences", r.quantization.calibration_sequences},
@@ -269,20 +163,23 @@ Result<WorkerResult> parse_worker_output(std::string_view stdout_text) {
   // The result is printed last: try the whole text, then each line that opens an object, from the last. Only
   // the last few such lines: each try parses to the end of the text, so trying every line would cost quadratic
   // time on a stdout of many lines that open objects (16 MB of them would hold the daemon for hours).
+  // A progress line (worker_progress.h) is never the result: a worker that printed progress and then died
+  // without a result has no result.
+  auto is_result = [](const json& k) { return !k.is_discarded() && k.is_object() && !k.contains(kProgressKey); };
   json j = json::parse(t.begin(), t.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
+  if (!is_result(j)) {
     j = json();
     int tries = 0;
     for (size_t pos = t.rfind("\n{"); pos != std::string_view::npos && tries < kMaxResultLineTries;
          pos = pos == 0 ? std::string_view::npos : t.rfind("\n{", pos - 1), ++tries) {
       json k = json::parse(t.begin() + static_cast<std::ptrdiff_t>(pos + 1), t.end(), nullptr, false);
-      if (!k.is_discarded() && k.is_object()) {
+      if (is_result(k)) {
         j = std::move(k);
         break;
       }
     }
   }
-  if (!j.is_object()) return Status::Invalid("garbage output: stdout is not a JSON object (starts with '" + preview(t) + "')");
+  if (!is_result(j)) return Status::Invalid("garbage output: stdout is not a JSON object (starts with '" + preview(t) + "')");
   Result<WorkerResult> r = read(j);
   if (!r.ok()) return Status::Invalid("bad worker result: " + r.status().message);
   return r;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/failure_kind.h"
 #include "daemon/daemon_config.h"
@@ -40,6 +41,9 @@ struct ExecutorOutcome {
 struct TrialControl {
   CancelFlag cancel;                        // kill it (CancelJob, or the daemon shutting down a local run)
   std::atomic<bool> detach{false};          // stop waiting, leave it running (only where trials outlive the daemon)
+  // Each line the worker prints on stdout, as it arrives (local: from its pipe; slurm: from its stdout file,
+  // read at each poll), on the executor's thread; unset: nobody reads the worker while it runs. Set before run.
+  std::function<void(std::string_view line)> on_stdout_line;
 };
 
 class Executor {

@@ -7,12 +7,14 @@ namespace soartune::daemon {
 ExecutorOutcome LocalExecutor::run(const TrialLaunch& t, TrialControl& control,
                                    const std::function<void(int64_t)>& /*submitted*/) {
   ProcessSpec ps;
-  ps.argv = {worker_, "--trial", t.trial_file};
+  // --progress: the worker's progress lines, which the early-stop rule reads (core/worker_progress.h).
+  ps.argv = {worker_, "--trial", t.trial_file, "--progress"};
   ps.cwd = t.work_dir;
   ps.timeout_s = t.timeout_s;
   ps.env.emplace_back("SOARTUNE_DEVICE", t.device);
   if (t.device.rfind("cuda:", 0) == 0) ps.env.emplace_back("CUDA_VISIBLE_DEVICES", t.device.substr(5));
   else ps.address_space_limit_bytes = memory_limit_bytes_;
+  ps.on_stdout_line = control.on_stdout_line;
   ExecutorOutcome o;
   o.process = run_process(ps, &control.cancel);
   return o;

@@ -14,6 +14,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/output_lines.h"
+
 namespace soartune::daemon {
 
 namespace fs = std::filesystem;
@@ -72,6 +74,23 @@ void read_stdout(const std::string& path, ProcessResult& p) {
   if (size <= caps.max_stdout_bytes) return;
   p.stdout_truncated = true;
   p.out_tail = read_tail(path, static_cast<size_t>(std::min<uint64_t>(size - caps.max_stdout_bytes, caps.stdout_tail_bytes)));
+}
+
+// Feeds what the worker's stdout file gained since `offset` to `lines` (at most `budget` bytes a call, so one poll
+// never reads without bound), and advances `offset`.
+void follow(const std::string& path, uint64_t& offset, OutputLines& lines, uint64_t budget = 4u << 20) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  in.seekg(static_cast<std::streamoff>(offset));
+  char chunk[65536];
+  while (budget > 0 && in) {
+    in.read(chunk, static_cast<std::streamsize>(std::min<uint64_t>(sizeof chunk, budget)));
+    const std::streamsize got = in.gcount();
+    if (got <= 0) break;
+    lines.feed(chunk, static_cast<size_t>(got));
+    offset += static_cast<uint64_t>(got);
+    budget -= static_cast<uint64_t>(got);
+  }
 }
 
 // sbatch, squeue and scancel see what a worker would (plus where Slurm's config is): the job inherits it.
@@ -147,7 +166,7 @@ ExecutorOutcome SlurmExecutor::run(const TrialLaunch& t, TrialControl& control,
     std::ofstream s(f.script);
     s << "#!/bin/sh\n"
       << "# soartune job " << t.job_id << ", trial " << t.number << "\n"
-      << sh_quote(worker_) << " --trial " << sh_quote(t.trial_file) << " >" << sh_quote(f.out) << " 2>"
+      << sh_quote(worker_) << " --trial " << sh_quote(t.trial_file) << " --progress >" << sh_quote(f.out) << " 2>"
       << sh_quote(f.err) << "\n"
       << "echo $? >" << sh_quote(f.exit + ".part") << " && mv " << sh_quote(f.exit + ".part") << " "
       << sh_quote(f.exit) << "\n";
@@ -199,6 +218,8 @@ ExecutorOutcome SlurmExecutor::wait(const TrialLaunch& t, int64_t id, TrialContr
   bool cancel_sent = false;
   int unknown = 0;
   std::string state;
+  uint64_t out_offset = 0;
+  OutputLines lines(control.on_stdout_line, ProcessSpec{}.max_line_bytes);
   for (;;) {
     if (control.detach) {
       o.detached = true;
@@ -229,6 +250,8 @@ ExecutorOutcome SlurmExecutor::wait(const TrialLaunch& t, int64_t id, TrialContr
     } else if (!tool_ok(q)) {
       spdlog::warn("job {} trial {}: {}; still waiting", t.job_id, t.number, tool_error("squeue", q));
     }
+    // The shared directory carries the worker's progress lines: read what is new at each poll.
+    if (control.on_stdout_line && !cancel_sent) follow(f.out, out_offset, lines);
     nap(cfg_.poll_s, control);
   }
 

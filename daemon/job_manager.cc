@@ -13,6 +13,8 @@
 
 #include "search/multi_fidelity.h"
 
+#include "core/worker_progress.h"
+#include "daemon/early_stop.h"
 #include "daemon/fidelity.h"
 #include "daemon/trial_result.h"
 #include "daemon/worker_process.h"
@@ -126,6 +128,9 @@ struct JobManager::RunningTrial {
   int64_t attach_to = 0;       // a Slurm job an earlier daemon started for this trial: wait for it, do not start one
   std::thread th;
   std::atomic<bool> done{false};
+  // Early stop, guarded by the job's run.m: the worker's latest progress, and the rule's verdict once it stopped it.
+  std::optional<WorkerProgress> progress;
+  std::optional<EarlyStopFacts> early_stop;
 };
 
 struct JobManager::JobRun {
@@ -340,6 +345,7 @@ JobView make_view(const JobRecord& job, const ScoredTrials& ts, const search::Sc
   v.job = job;
   v.trials_done = ts.done();
   v.trials_failed = ts.failed();
+  v.trials_pruned = ts.pruned();
   v.trials_running = ts.running();
   if (const TrialRecord* b = ts.best()) {
     v.best_score = b->score;
@@ -538,6 +544,8 @@ JobManager::SearchState search_state_of(const JobSpec& sp, const ScoredTrials& s
     o.fidelity = t->fidelity;
     if (t->status == TrialStatus::kRunning) {
       o.outcome = search::Outcome::kPending;
+    } else if (t->status == TrialStatus::kPruned) {
+      o.outcome = search::Outcome::kPruned;
     } else if (t->status == TrialStatus::kComplete) {
       o.outcome = search::Outcome::kComplete;
       o.metrics = metrics_of(*t);
@@ -697,6 +705,30 @@ void JobManager::run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt) {
       run.trials.put(std::move(copy));
     }
   };
+  // Early stop: each progress line the worker prints is weighed against the job's incumbent as it arrives; a
+  // hopeless trial is killed as a cancel would kill it, and recorded PRUNED below. Not the baseline runs, and not
+  // screening runs (a shortened workload does not compare with full runs).
+  if (run.spec->early_stop && !rt->is_reference && search::is_full_fidelity(rt->rec.fidelity)) {
+    rt->control.on_stdout_line = [&run, rt_ptr = rt.get(), warned = false](std::string_view line) mutable {
+      Result<std::optional<WorkerProgress>> p = parse_worker_progress(line);
+      if (!p.ok()) {
+        if (!warned) spdlog::warn("job {} trial {}: {}", run.id, rt_ptr->rec.number, p.status().message);
+        warned = true;
+        return;
+      }
+      if (!p.value()) return;
+      std::lock_guard<std::mutex> l(run.m);
+      if (rt_ptr->early_stop) return;
+      rt_ptr->progress = *p.value();
+      if (!rt_ptr->cancel_reason.empty()) return;   // already being cancelled with the job
+      std::optional<EarlyStopFacts> v = early_stop_verdict(*run.spec->early_stop, run.spec->scoring, *p.value(), run.trials);
+      if (!v) return;
+      rt_ptr->early_stop = v;
+      rt_ptr->control.cancel.cancel();
+      spdlog::info("job {} trial {} stopped early after {}: best reachable score {:.2f} < incumbent {:.2f} - {:.0f}%",
+                   run.id, rt_ptr->rec.number, v->stage, v->bound, v->incumbent, 100 * v->margin);
+    };
+  }
   ExecutorOutcome ran = rt->attach_to ? executor_->attach(launch, rt->attach_to, rt->control)
                                       : executor_->run(launch, rt->control, submitted);
   if (ran.detached) {
@@ -717,8 +749,45 @@ void JobManager::run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt) {
     rec.failure_kind = *ran.ended_by;
     rec.failure_code = 0;
   }
+  std::optional<EarlyStopFacts> stopped;
+  std::optional<WorkerProgress> measured;
+  std::string cancel_reason;
+  {
+    std::lock_guard<std::mutex> l(run.m);
+    stopped = rt->early_stop;
+    measured = rt->progress;
+    cancel_reason = rt->cancel_reason;
+  }
+  if (stopped && res.cancelled && res.exited && res.exit_code == 0 && cancel_reason.empty() && !ran.ended_by) {
+    // The worker finished before the kill reached it: a whole result is worth more than a stopped one.
+    ProcessResult finished = res;
+    finished.cancelled = false;
+    TrialRecord whole = rt->rec;
+    TrialOutcome w = interpret_worker_run(finished, rt->timeout_s, whole);
+    if (w.status == TrialStatus::kComplete) {
+      rec = std::move(whole);
+      o = w;
+      stopped.reset();
+    }
+  }
+  if (stopped && measured && res.cancelled && cancel_reason.empty() && !ran.ended_by) {
+    // Killed by the early-stop rule: PRUNED, with what it had measured and the rule's numbers.
+    o.status = TrialStatus::kPruned;
+    rec.failure_kind = FailureKind::kNone;
+    rec.failure_code = 0;
+    rec.early_stop = stopped;
+    rec.tiers = measured_tiers(*measured);
+    rec.relative_accuracy = measured->accuracy.relative_pct;
+    rec.accuracy_metric = measured->accuracy.metric;
+    rec.accuracy_proxy = measured->accuracy.proxy;
+    rec.result_json = to_json(*measured);
+    char why[200];
+    std::snprintf(why, sizeof why, "stopped early after %s: best reachable score %.2f < incumbent %.2f - %.0f%%",
+                  stopped->stage.c_str(), stopped->bound, stopped->incumbent, 100 * stopped->margin);
+    o.error = why;
+  }
   rec.status = o.status;
-  rec.error = o.status == TrialStatus::kCancelled ? rt->cancel_reason : o.error;
+  rec.error = o.status == TrialStatus::kCancelled ? cancel_reason : o.error;
   rec.finished_ms = now_ms();
   {
     std::ofstream log(rt->trial_file.substr(0, rt->trial_file.size() - 5) + ".log");
@@ -736,10 +805,14 @@ void JobManager::run_trial(JobRun& run, std::shared_ptr<RunningTrial> rt) {
   if (o.status == TrialStatus::kComplete)
     spdlog::info("job {} trial {} COMPLETE in {:.1f} s: accuracy {:.2f}%, score {:.2f}", run.id, rec.number,
                  res.wall_s, rec.relative_accuracy, rec.score);
+  else if (o.status == TrialStatus::kPruned)
+    spdlog::info("job {} trial {} PRUNED in {:.1f} s: {}", run.id, rec.number, res.wall_s, rec.error);
   else
     spdlog::warn("job {} trial {} {}: {}", run.id, rec.number, to_string(o.status), rec.error);
 
-  e.kind = o.status == TrialStatus::kComplete ? EventKind::kTrialFinished : EventKind::kTrialFailed;
+  e.kind = o.status == TrialStatus::kComplete ? EventKind::kTrialFinished
+           : o.status == TrialStatus::kPruned ? EventKind::kTrialPruned
+                                               : EventKind::kTrialFailed;
   e.trial = rec;
   e.unix_ms = now_ms();
   publish(run.id, std::move(e));
@@ -825,7 +898,7 @@ void JobManager::run_job(std::shared_ptr<JobRun> run_ptr) {
       std::lock_guard<std::mutex> l(run.m);
       seen = run.events;
       counted = run.trials.counted();
-      finished = run.trials.done();
+      finished = run.trials.done() + run.trials.pruned();
       any_complete = run.trials.complete() > 0;
       ref_done = run.trials.reference_complete();
       // Multi-fidelity: each lower level's reference trial, after the full one and before any search trial.

@@ -46,6 +46,7 @@ namespace soartune::daemon {
 struct JobView {
   JobRecord job;
   int trials_done = 0, trials_failed = 0, trials_running = 0;
+  int trials_pruned = 0;             // stopped early (early_stop); not in trials_done
   double best_score = 0;
   int64_t best_trial = -1;
   double eta_seconds = -1;
@@ -54,7 +55,7 @@ struct JobView {
   std::vector<std::string> warnings;  // the spec's (JobSpec::warnings)
 };
 
-enum class EventKind { kSnapshot, kTrialStarted, kTrialFinished, kTrialFailed, kJobFinished };
+enum class EventKind { kSnapshot, kTrialStarted, kTrialFinished, kTrialFailed, kJobFinished, kTrialPruned };
 
 struct JobEventData {
   EventKind kind = EventKind::kSnapshot;

@@ -11,6 +11,7 @@
 #include "core/launch_config.h"
 #include "core/synthetic_presets.h"
 #include "daemon/data_roots.h"
+#include "daemon/early_stop_spec.h"
 #include "daemon/fidelity.h"
 #include "daemon/model_facts.h"
 #include "daemon/request_limits.h"
@@ -314,7 +315,7 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   if (Status s = check_keys(root, "", {"name", "model", "backend", "strategy", "seed", "budget", "parallel_trials",
                                        "trial_timeout_s", "workload", "accuracy", "scoring", "reference", "fixed",
                                        "space", "warm_start", "layer_overrides", "submissions", "serving",
-                                       "multi_fidelity", "quantization"});
+                                       "multi_fidelity", "quantization", "early_stop"});
       !s.ok())
     return s;
 
@@ -391,6 +392,9 @@ Result<JobSpec> parse_job_spec(const std::string& yaml_text, const SpecContext& 
   spec.accuracy = accuracy.value();
   spec.accuracy_proxy = spec.accuracy["model"].IsDefined();
   if (Status s = parse_multi_fidelity(root["multi_fidelity"], &spec); !s.ok()) return s;
+  Result<std::optional<search::EarlyStopRule>> early_stop = parse_early_stop(root["early_stop"]);
+  if (!early_stop.ok()) return early_stop.status();
+  spec.early_stop = early_stop.value();
   Result<QuantizationSpec> quantization = parse_quantization(root["quantization"], ctx.data_roots);
   if (!quantization.ok()) return quantization.status();
   spec.quantization = quantization.value();

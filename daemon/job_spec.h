@@ -12,6 +12,7 @@
 
 #include "daemon/quantization_spec.h"
 #include "search/budget_day.h"
+#include "search/early_stop.h"
 #include "core/knob_value.h"
 #include "search/scoring.h"
 #include "search/serving_engine.h"
@@ -53,6 +54,8 @@ struct JobSpec {
   // `multi_fidelity:` (daemon/fidelity.h): workload fractions ascending to 1, and the promotion ratio; empty: off.
   std::vector<double> fidelity_levels;
   int fidelity_eta = 3;
+  // `early_stop:` (daemon/early_stop.h): stop a running trial its measured stages make hopeless; unset: off.
+  std::optional<search::EarlyStopRule> early_stop;
 };
 
 // Documented ranges of the spec's durations (docs/FORMATS.md): beyond them a clock would overflow, not wait.

@@ -77,12 +77,13 @@ const TrialRecord* ScoredTrials::reference_failed() const {
 void ScoredTrials::count(const TrialRecord& t, int sign) {
   const bool finished = t.status == TrialStatus::kComplete || t.status == TrialStatus::kFailed;
   if (finished) done_ += sign;
+  if (t.status == TrialStatus::kPruned) pruned_ += sign;
   if (t.status == TrialStatus::kFailed) failed_ += sign;
   if (t.status == TrialStatus::kRunning) running_ += sign;
   if (t.status == TrialStatus::kComplete) complete_ += sign;
   if (counts_for_budget(t)) counted_ += sign;
   if (t.is_reference && t.status == TrialStatus::kComplete && full(t)) reference_complete_ += sign;
-  if (finished && t.finished_ms > t.started_ms) {
+  if ((finished || t.status == TrialStatus::kPruned) && t.finished_ms > t.started_ms) {
     finished_s_ += sign * (t.finished_ms - t.started_ms) / 1000.0;
     finished_n_ += sign;
   }

@@ -39,13 +39,17 @@ class ScoredTrials {
 
   int done() const { return done_; }               // COMPLETE + FAILED
   int failed() const { return failed_; }
+  int pruned() const { return pruned_; }           // PRUNED: stopped early, neither done nor failed
   int running() const { return running_; }
   int counted() const { return counted_; }         // counts_for_budget
   int complete() const { return complete_; }
   bool reference_complete() const { return reference_complete_ > 0; }
   // A FAILED reference trial (not by a restart), or nullptr.
   const TrialRecord* reference_failed() const;
-  // Mean wall time of the finished (COMPLETE or FAILED) trials; 0 when none.
+  // The best duration of each tier over the COMPLETE full-fidelity trials (or the spec's target): what the
+  // full-fidelity scores are relative to.
+  const std::array<double, search::kTiers>& reference_durations() const { return reference_s_; }
+  // Mean wall time of the finished (COMPLETE, FAILED or PRUNED) trials; 0 when none.
   double mean_trial_seconds() const { return finished_n_ ? finished_s_ / finished_n_ : 0; }
   // How many times every COMPLETE trial was rescored (reset included): the cost put() avoids.
   int64_t full_rescores() const { return full_rescores_; }
@@ -63,7 +67,7 @@ class ScoredTrials {
   std::array<double, search::kTiers> reference_s_{};
   std::map<double, std::array<double, search::kTiers>> level_reference_s_;   // per fidelity level below 1
   int64_t best_ = -1;
-  int done_ = 0, failed_ = 0, running_ = 0, counted_ = 0, complete_ = 0, reference_complete_ = 0;
+  int done_ = 0, failed_ = 0, pruned_ = 0, running_ = 0, counted_ = 0, complete_ = 0, reference_complete_ = 0;
   double finished_s_ = 0;
   int finished_n_ = 0;
   int64_t full_rescores_ = 0;

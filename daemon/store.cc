@@ -94,7 +94,8 @@ constexpr const char* kTrialColumns =
     "t.job_id, t.number, t.status, t.params_json, t.relative_accuracy, t.accuracy_metric, t.score, t.gate, "
     "t.error, t.started_ms, t.finished_ms, t.log_tail, t.engine_build, t.device, t.peak_memory_bytes, "
     "t.suggestion_json, t.result_json, t.is_reference, t.failure_kind, t.failure_code, "
-    "t.slurm_job_id, t.accuracy_proxy, t.fidelity";
+    "t.slurm_job_id, t.accuracy_proxy, t.fidelity, t.early_stop_stage, t.early_stop_bound, t.early_stop_incumbent, "
+    "t.early_stop_margin";
 
 TrialRecord read_trial(const Statement& q) {
   TrialRecord t;
@@ -121,6 +122,7 @@ TrialRecord read_trial(const Statement& q) {
   t.slurm_job_id = q.int64(20);
   t.accuracy_proxy = q.int64(21) != 0;
   t.fidelity = q.real(22);
+  if (!q.text(23).empty()) t.early_stop = EarlyStopFacts{q.text(23), q.real(24), q.real(25), q.real(26)};
   return t;
 }
 
@@ -281,6 +283,7 @@ const char* to_string(TrialStatus s) {
     case TrialStatus::kComplete: return "COMPLETE";
     case TrialStatus::kFailed: return "FAILED";
     case TrialStatus::kCancelled: return "CANCELLED";
+    case TrialStatus::kPruned: return "PRUNED";
   }
   return "FAILED";
 }
@@ -294,7 +297,8 @@ std::optional<JobState> job_state_from_string(std::string_view s) {
 }
 
 std::optional<TrialStatus> trial_status_from_string(std::string_view s) {
-  for (TrialStatus v : {TrialStatus::kRunning, TrialStatus::kComplete, TrialStatus::kFailed, TrialStatus::kCancelled}) {
+  for (TrialStatus v : {TrialStatus::kRunning, TrialStatus::kComplete, TrialStatus::kFailed, TrialStatus::kCancelled,
+                        TrialStatus::kPruned}) {
     if (iequals(s, to_string(v))) return v;
   }
   return std::nullopt;
@@ -510,7 +514,7 @@ Status Store::insert_trial(const TrialRecord& t) {
 
 Status Store::finish_trial(const TrialRecord& t) {
   if (t.status == TrialStatus::kRunning) {
-    return Status::Invalid("status: finish_trial needs COMPLETE, FAILED or CANCELLED, not RUNNING");
+    return Status::Invalid("status: finish_trial needs COMPLETE, FAILED, CANCELLED or PRUNED, not RUNNING");
   }
   Impl::TrialsChanged changed(*impl_, t.job_id);
   auto lease = impl_->lease();
@@ -526,7 +530,8 @@ Status Store::finish_trial(const TrialRecord& t) {
       "params_json = CASE WHEN ?13 = 1 THEN ?14 ELSE params_json END, "
       "suggestion_json = CASE WHEN ?15 = '' THEN suggestion_json ELSE ?15 END, "
       "started_ms = CASE WHEN ?16 = 0 THEN started_ms ELSE ?16 END, "
-      "failure_kind = ?19, failure_code = ?20, accuracy_proxy = ?21 "
+      "failure_kind = ?19, failure_code = ?20, accuracy_proxy = ?21, early_stop_stage = ?22, early_stop_bound = ?23, "
+      "early_stop_incumbent = ?24, early_stop_margin = ?25 "
       "WHERE job_id = ?17 AND number = ?18");
   if (!up.ok()) return up.status();
   up.value()
@@ -550,7 +555,11 @@ Status Store::finish_trial(const TrialRecord& t) {
       .bind(18, t.number)
       .bind(19, to_string(t.failure_kind))
       .bind(20, t.failure_code)
-      .bind(21, t.accuracy_proxy ? 1 : 0);
+      .bind(21, t.accuracy_proxy ? 1 : 0)
+      .bind(22, t.early_stop ? t.early_stop->stage : std::string())
+      .bind(23, t.early_stop ? t.early_stop->bound : 0.0)
+      .bind(24, t.early_stop ? t.early_stop->incumbent : 0.0)
+      .bind(25, t.early_stop ? t.early_stop->margin : 0.0);
   Status s = up.value().run();
   if (!s.ok()) return s;
   if (c.changes() == 0) return Status::NotFound(trial_name(t.job_id, t.number) + " not found");

@@ -26,10 +26,11 @@ using soartune::Result;
 using soartune::Status;
 
 enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
-enum class TrialStatus { kRunning, kComplete, kFailed, kCancelled };
+// kPruned: stopped early by the job's early_stop rule (daemon/early_stop_decision.h): neither COMPLETE nor FAILED.
+enum class TrialStatus { kRunning, kComplete, kFailed, kCancelled, kPruned };
 
 const char* to_string(JobState s);      // "QUEUED", "RUNNING", ...
-const char* to_string(TrialStatus s);   // "RUNNING", "COMPLETE", "FAILED", "CANCELLED"
+const char* to_string(TrialStatus s);   // "RUNNING", "COMPLETE", "FAILED", "CANCELLED", "PRUNED"
 // Inverse of to_string, case-insensitive; nullopt for anything else.
 std::optional<JobState> job_state_from_string(std::string_view s);
 std::optional<TrialStatus> trial_status_from_string(std::string_view s);
@@ -58,6 +59,14 @@ struct TierRecord {
   double output_tokens_per_s = 0;
 };
 
+// Why a PRUNED trial was stopped: the early-stop rule's decision, as values.
+struct EarlyStopFacts {
+  std::string stage;               // the stage it was stopped after: "accuracy", "c1", "c8"
+  double bound = 0;                // the best final score it could still reach (search::score_upper_bound)
+  double incumbent = 0;            // the best full-fidelity score when it was stopped
+  double margin = 0;               // the rule's margin (a fraction): stopped when bound < incumbent * (1 - margin)
+};
+
 struct TrialRecord {
   std::string job_id;
   int64_t number = 0;
@@ -83,6 +92,7 @@ struct TrialRecord {
   int64_t slurm_job_id = 0;        // the Slurm job it runs as (executor: slurm); 0 for the local executor
   double fidelity = 1.0;           // the workload fraction it ran (multi_fidelity); 1 = the full run, the only
                                    // one that is ranked, exported, planned and warm-starts other jobs
+  std::optional<EarlyStopFacts> early_stop;   // PRUNED: why; its tiers and accuracy are those measured by then
 };
 
 struct OfficialResult {

@@ -154,6 +154,43 @@ constexpr const char* kV7 = R"sql(
 ALTER TABLE trials ADD COLUMN fidelity REAL NOT NULL DEFAULT 1.0 CHECK (fidelity > 0 AND fidelity <= 1);
 )sql";
 
+// v8: early stop (daemon/early_stop_decision.h). A trial the runner stopped because it could no longer beat the
+// incumbent ends PRUNED, with the stage it was stopped at and the rule's numbers (its best reachable score, the
+// incumbent's, the margin) as values. The status CHECK is widened by widen_trial_status below.
+constexpr const char* kV8 = R"sql(
+ALTER TABLE trials ADD COLUMN early_stop_stage TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN early_stop_bound REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN early_stop_incumbent REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN early_stop_margin REAL NOT NULL DEFAULT 0;
+)sql";
+
+// SQLite cannot alter a CHECK constraint, and rebuilding `trials` would cascade-delete the rows of every table
+// that refers to it (foreign keys are on, and cannot be turned off inside the migration's transaction). Widening
+// the constraint to one more allowed value keeps every stored row valid, which is the case SQLite documents for
+// editing the schema text in place (sqlite.org/lang_altertable.html, "other kinds of table schema changes").
+Status widen_trial_status(Connection& c) {
+  constexpr const char* kOld = "CHECK (status IN ('RUNNING', 'COMPLETE', 'FAILED', 'CANCELLED'))";
+  constexpr const char* kNew = "CHECK (status IN ('RUNNING', 'COMPLETE', 'FAILED', 'CANCELLED', 'PRUNED'))";
+  auto version = Statement::prepare(c, "PRAGMA schema_version");
+  if (!version.ok()) return version.status();
+  auto row = version.value().step();
+  if (!row.ok()) return row.status();
+  const int64_t schema_cookie = version.value().int64(0);
+  Status s = c.exec("PRAGMA writable_schema = ON");
+  if (!s.ok()) return s;
+  auto up = Statement::prepare(c, "UPDATE sqlite_master SET sql = replace(sql, ?1, ?2) "
+                                  "WHERE type = 'table' AND name = 'trials' AND instr(sql, ?1) > 0");
+  if (!up.ok()) return up.status();
+  s = up.value().bind(1, kOld).bind(2, kNew).run();
+  const int64_t changed = c.changes();
+  if (s.ok()) s = c.exec("PRAGMA schema_version = " + std::to_string(schema_cookie + 1));
+  Status off = c.exec("PRAGMA writable_schema = OFF");
+  if (!s.ok()) return s;
+  if (!off.ok()) return off;
+  if (changed != 1) return Status::Internal("trials: the status CHECK constraint is not the one this step widens");
+  return Status::Ok();
+}
+
 Result<int> read_version(Connection& c) {
   auto exists = Statement::prepare(c, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
   if (!exists.ok()) return exists.status();
@@ -179,6 +216,7 @@ const std::vector<Migration>& migrations() {
       {5, "the Slurm job each trial runs as; proxy accuracy flag", kV5},
       {6, "text repaired to valid UTF-8 (bad bytes stored by older builds become U+FFFD)", "", repair_text_encoding},
       {7, "the fidelity (workload fraction) of each trial", kV7, nullptr},
+      {8, "trial status PRUNED (stopped early) with the stage and the rule's numbers", kV8, widen_trial_status},
   };
   return kMigrations;
 }

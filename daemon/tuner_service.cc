@@ -44,6 +44,7 @@ pb::TrialStatus trial_status(TrialStatus s) {
     case TrialStatus::kComplete: return pb::TRIAL_COMPLETE;
     case TrialStatus::kFailed: return pb::TRIAL_FAILED;
     case TrialStatus::kCancelled: return pb::TRIAL_CANCELLED;
+    case TrialStatus::kPruned: return pb::TRIAL_PRUNED;
   }
   return pb::TRIAL_STATUS_UNSPECIFIED;
 }
@@ -126,6 +127,7 @@ void to_proto(const JobView& v, pb::Job* out) {
   out->set_trial_budget(j.trial_budget);
   out->set_trials_done(v.trials_done);
   out->set_trials_failed(v.trials_failed);
+  out->set_trials_pruned(v.trials_pruned);
   out->set_trials_running(v.trials_running);
   out->set_best_score(v.best_score);
   out->set_best_trial(v.best_trial);
@@ -162,6 +164,13 @@ void to_proto(const TrialRecord& t, pb::Trial* out) {
   out->set_accuracy_metric(t.accuracy_metric);
   out->set_accuracy_proxy(t.accuracy_proxy);
   out->set_fidelity(t.fidelity);
+  if (t.early_stop) {
+    pb::EarlyStop* es = out->mutable_early_stop();
+    es->set_stage(t.early_stop->stage);
+    es->set_bound(t.early_stop->bound);
+    es->set_incumbent(t.early_stop->incumbent);
+    es->set_margin(t.early_stop->margin);
+  }
   out->set_score(t.score);
   out->set_gate(t.gate);
   out->set_error(t.error);
@@ -283,6 +292,7 @@ grpc::Status TunerService::watch(const std::string& job_id, const std::function<
       case EventKind::kTrialStarted: out.set_kind(pb::JobEvent::TRIAL_STARTED); break;
       case EventKind::kTrialFinished: out.set_kind(pb::JobEvent::TRIAL_FINISHED); break;
       case EventKind::kTrialFailed: out.set_kind(pb::JobEvent::TRIAL_FAILED); break;
+      case EventKind::kTrialPruned: out.set_kind(pb::JobEvent::TRIAL_PRUNED); break;
       case EventKind::kJobFinished: out.set_kind(pb::JobEvent::JOB_FINISHED); break;
     }
     to_proto(e->job, out.mutable_job());

@@ -3,6 +3,7 @@
 #include "core/worker_result.h"
 
 #include "core/utf8.h"
+#include "daemon/output_lines.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -208,7 +209,11 @@ ProcessResult run_process(const ProcessSpec& spec, const CancelFlag* cancel) {
   r.started = true;
 
   bool out_open = true, err_open = true;
-  auto out_sink = [&](const char* p, size_t n) { keep_stdout(r, spec, p, n); };
+  OutputLines lines(spec.on_stdout_line, spec.max_line_bytes);
+  auto out_sink = [&](const char* p, size_t n) {
+    keep_stdout(r, spec, p, n);
+    if (spec.on_stdout_line) lines.feed(p, n);
+  };
   auto err_sink = [&](const char* p, size_t n) { keep_tail(r.err_tail, p, n, spec.stderr_tail_bytes); };
   bool term_sent = false;
   Clock::time_point term_time;

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,10 @@ struct ProcessSpec {
   size_t stdout_tail_bytes = 1u << 20;                        // ... and only its last bytes kept beside the head
   size_t stderr_tail_bytes = 64u << 10;
   uint64_t address_space_limit_bytes = 0;                      // RLIMIT_AS of the child; 0: none. Core dumps: off
+  // Called on the calling thread with each line of stdout (no newline, at most max_line_bytes; longer ones are
+  // dropped) as it arrives, while the child runs; unset: stdout is only kept. Independent of the caps above.
+  std::function<void(std::string_view line)> on_stdout_line;
+  size_t max_line_bytes = 64u << 10;
 };
 
 struct ProcessResult {

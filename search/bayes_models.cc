@@ -19,7 +19,7 @@ SurrogateModels::SurrogateModels(const SearchProblem& problem, const std::vector
   std::vector<TrialMetrics> train_metrics;
   std::vector<FailureKind> failed;
   for (const Observation& o : observations) {
-    if (o.outcome == Outcome::kPending) continue;
+    if (o.outcome == Outcome::kPending || o.outcome == Outcome::kPruned) continue;
     const double fidelity = levels_.empty() ? 1.0 : o.fidelity;
     const Config c = enc_.canonical(o.config, defaults_);
     fx.push_back(features(c, fidelity));

@@ -15,7 +15,9 @@
 
 namespace soartune::search {
 
-enum class Outcome { kComplete, kFailed, kPending };
+// kPruned: stopped early by the runner (daemon/early_stop.h), its later tiers never measured. Left out of the
+// models (neither a measurement nor a failure to learn), but its config counts as tried: never suggested again.
+enum class Outcome { kComplete, kFailed, kPending, kPruned };
 
 struct Observation {
   Config config;

@@ -150,8 +150,9 @@ void print_job(const v1::Job& j) {
   row("model", j.model());
   row("strategy", j.strategy());
   row("trials", std::to_string(j.trials_done()) + " of " + std::to_string(j.trial_budget()) + " done, " +
-                    std::to_string(j.trials_failed()) + " failed, " + std::to_string(j.trials_running()) +
-                    " running");
+                    std::to_string(j.trials_failed()) + " failed, " +
+                    (j.trials_pruned() > 0 ? std::to_string(j.trials_pruned()) + " pruned, " : "") +
+                    std::to_string(j.trials_running()) + " running");
   row("best", best_text(j));
   row("created", fmt_time(j.created_unix_ms()));
   if (j.started_unix_ms() > 0) row("started", fmt_time(j.started_unix_ms()));
@@ -236,6 +237,10 @@ class WatchView {
              truncate(e.trial().error().empty() ? "no reason given" : e.trial().error(), 160) + "  [" +
              progress_text() + "]");
         break;
+      case v1::JobEvent::TRIAL_PRUNED:
+        line("trial " + std::to_string(e.trial().number()) + " PRUNED: " + truncate(e.trial().error(), 160) + "  [" +
+             progress_text() + "]");
+        break;
       case v1::JobEvent::JOB_FINISHED:
         break;   // the caller prints the final line
       default:
@@ -258,7 +263,8 @@ class WatchView {
     std::string text = "job " + job_.id() + " " + state_name(job_.state());
     if (!job_.stop_reason().empty()) text += " (" + job_.stop_reason() + ")";
     text += ": " + std::to_string(job_.trials_done()) + " trials, " + std::to_string(job_.trials_failed()) +
-            " failed, best " + best_text(job_);
+            " failed, " + (job_.trials_pruned() > 0 ? std::to_string(job_.trials_pruned()) + " pruned, " : "") +
+            "best " + best_text(job_);
     if (!job_.error().empty()) text += "; error: " + job_.error();
     std::cout << text << std::endl;
   }
@@ -299,6 +305,7 @@ class WatchView {
   std::string progress_text() const {
     std::string s = std::to_string(job_.trials_done()) + "/" + std::to_string(job_.trial_budget()) + " trials";
     if (job_.trials_failed() > 0) s += ", " + std::to_string(job_.trials_failed()) + " failed";
+    if (job_.trials_pruned() > 0) s += ", " + std::to_string(job_.trials_pruned()) + " pruned";
     s += ", best " + best_text(job_);
     return s;
   }

@@ -51,7 +51,8 @@ int run_trials(Client& client, const TrialsOptions& o) {
     else if (s == "failed") status = v1::TRIAL_FAILED;
     else if (s == "running") status = v1::TRIAL_RUNNING;
     else if (s == "cancelled") status = v1::TRIAL_CANCELLED;
-    else return fail(kExitUsage, "--status: '" + o.status + "' is not one of complete, failed, running, cancelled");
+    else if (s == "pruned") status = v1::TRIAL_PRUNED;
+    else return fail(kExitUsage, "--status: '" + o.status + "' is not one of complete, failed, running, cancelled, pruned");
   }
   if (o.limit < 0) return fail(kExitUsage, "--limit: must be >= 0 (0: all)");
 
@@ -134,7 +135,9 @@ int run_trials(Client& client, const TrialsOptions& o) {
       row.push_back(it == t.params().end() ? "-" : it->second);
     }
     for (const auto& tier : tiers) row.push_back(fmt_duration(tier_duration(t, tier)));
-    row.push_back(complete ? fmt_accuracy(t.relative_accuracy()) + (t.accuracy_proxy() ? " proxy" : "") : "-");
+    // A PRUNED trial measured its accuracy before it was stopped.
+    const bool measured = complete || t.status() == v1::TRIAL_PRUNED;
+    row.push_back(measured ? fmt_accuracy(t.relative_accuracy()) + (t.accuracy_proxy() ? " proxy" : "") : "-");
     row.push_back(complete ? fmt_gate(t.gate()) : "-");
     row.push_back(complete ? fmt_score(t.score()) : "-");
     if (any_error) row.push_back(truncate(t.error(), 48));
@@ -167,6 +170,15 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
                   "level's runs, never ranked with full runs)", t.fidelity());
     std::cout << key("fidelity") << f << "\n";
   }
+  if (t.has_early_stop()) {
+    char why[240];
+    std::snprintf(why, sizeof why, "after %s: best reachable score %s < incumbent %s - %.0f%% (the job's early_stop rule)",
+                  t.early_stop().stage().c_str(), fmt_score(t.early_stop().bound()).c_str(),
+                  fmt_score(t.early_stop().incumbent()).c_str(), 100 * t.early_stop().margin());
+    std::cout << key("stopped") << why << "\n";
+    std::cout << key("accuracy") << fmt_accuracy(t.relative_accuracy())
+              << (t.accuracy_metric().empty() ? "" : " (" + t.accuracy_metric() + ")") << "\n";
+  }
   if (t.status() == v1::TRIAL_COMPLETE) {
     std::cout << key("score") << fmt_score(t.score()) << "  (C = " << fmt_gate(t.gate()) << ")\n";
     std::cout << key("accuracy") << fmt_accuracy(t.relative_accuracy())
@@ -174,7 +186,7 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
               << (t.accuracy_proxy() ? " proxy: measured on the job's accuracy.model, not on the timed model" : "")
               << "\n";
   }
-  if (!t.error().empty()) {
+  if (!t.error().empty() && !t.has_early_stop()) {   // a stopped trial's reason is the line above
     std::istringstream lines(t.error());
     bool first = true;
     for (std::string line; std::getline(lines, line); first = false) {
@@ -390,7 +402,7 @@ void add_trial_commands(CLI::App& app, Context& ctx) {
                     "number | score | c1 | c8 | cinf | accuracy; prefix '-' for descending (--sort=-score)")
         ->capture_default_str();
     sub->add_flag("--desc", o->desc, "descending order");
-    sub->add_option("--status", o->status, "complete | failed | running | cancelled");
+    sub->add_option("--status", o->status, "complete | failed | running | cancelled | pruned");
     sub->add_option("--limit,-n", o->limit, "at most N trials (0: all)")->capture_default_str();
     sub->add_flag("--json", o->json, "machine-readable output");
     sub->callback([&ctx, o] { ctx.action = [o](Client& c) { return run_trials(c, *o); }; });

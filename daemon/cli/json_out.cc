@@ -33,6 +33,7 @@ Json to_json(const v1::Job& j, bool with_spec) {
   out["trial_budget"] = j.trial_budget();
   out["trials_done"] = j.trials_done();
   out["trials_failed"] = j.trials_failed();
+  out["trials_pruned"] = j.trials_pruned();
   out["trials_running"] = j.trials_running();
   out["best_score"] = j.best_score();
   out["best_trial"] = j.best_trial();
@@ -103,6 +104,10 @@ Json to_json(const v1::Trial& t, bool full) {
   out["device"] = t.device();
   out["peak_memory_bytes"] = t.peak_memory_bytes();
   out["is_reference"] = t.is_reference();
+  if (t.has_early_stop()) {
+    out["early_stop"] = {{"stage", t.early_stop().stage()}, {"bound", t.early_stop().bound()},
+                         {"incumbent", t.early_stop().incumbent()}, {"margin", t.early_stop().margin()}};
+  }
   if (t.failure_kind() != v1::FAILURE_KIND_UNSPECIFIED) {
     out["failure_kind"] = failure_name(t.failure_kind());
     out["failure_code"] = t.failure_code();

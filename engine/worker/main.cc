@@ -1,5 +1,5 @@
 // soartune-worker: runs one trial (docs/FORMATS.md section 3) and prints one JSON result (section 4) on
-// stdout; logs go to stderr. Exit 0 on success, 2 on a bad config or model, 1 on any other failure.
+// stdout, after a progress line per measured stage with --progress; logs go to stderr. Exit 0 on success, 2 on a bad config or model, 1 on any other failure.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "core/worker_progress.h"
 #include "core/worker_result.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
@@ -42,6 +43,9 @@ void emit(WorkerResult r) {
   r.env = timing_environment();
   std::cout << to_json(r) << std::endl;
 }
+
+// One progress line (core/worker_progress.h), flushed at once: the daemon may stop the trial on what it says.
+void report(const WorkerProgress& p) { std::cout << to_json(p) << std::endl; }
 
 int fail(const Status& s, bool config_error, const std::string& default_field = "") {
   WorkerResult r;
@@ -160,7 +164,8 @@ Result<AccuracyResult> proxy_accuracy(const TrialSpec& trial, const BackendChoic
   return a;
 }
 
-int run(const std::string& trial_path, const std::string& backend_override, int threads) {
+int run(const std::string& trial_path, const std::string& backend_override, int threads, bool progress_lines) {
+  const auto t_start = std::chrono::steady_clock::now();
   auto trial_or = load_trial(trial_path);
   if (!trial_or.ok()) return fail(trial_or.status(), true, "trial");
   TrialSpec trial = trial_or.value();
@@ -296,9 +301,16 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   }
   accuracy_s += seconds_since(t_acc);
   spdlog::info("accuracy {}: {:.2f}% ({} positions)", acc.metric, acc.relative_pct, acc.positions);
+  WorkerResult result;
+  result.accuracy = {acc.metric, acc.relative_pct, acc.candidate, acc.reference, acc.positions, proxy,
+                     proxy ? trial.accuracy.model : std::string(), acc.top1_agreement_pct, acc.top1_digest};
+  WorkerProgress progress;
+  progress.stage = "accuracy";
+  progress.accuracy = result.accuracy;
+  progress.elapsed_s = seconds_since(t_start);
+  if (progress_lines) report(progress);
 
   const auto t_tiers = std::chrono::steady_clock::now();
-  WorkerResult result;
   for (int c : trial.tiers) {
     auto r = run_tier(engine, requests, c);
     if (!r.ok()) return fail(r.status(), false);
@@ -306,6 +318,10 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
     spdlog::info("tier {}: {:.3f} s, {} tokens, {:.1f} tok/s", t.tier, t.duration_s, t.output_tokens, t.output_tokens_per_s);
     result.tiers.push_back({t.tier, t.concurrency, t.duration_s, t.requests, t.output_tokens, percentiles(t.ttft_ms),
                             percentiles(t.tpot_ms), t.output_tokens_per_s});
+    progress.stage = t.tier;
+    progress.tiers = result.tiers;
+    progress.elapsed_s = seconds_since(t_start);
+    if (progress_lines) report(progress);
   }
   const double tiers_s = seconds_since(t_tiers);
 
@@ -315,8 +331,6 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   result.backend = engine.backend().name();
   result.device = engine.backend().device();
   result.engine_build = std::string(SOARTUNE_VERSION) + "+" + SOARTUNE_GIT_COMMIT;
-  result.accuracy = {acc.metric, acc.relative_pct, acc.candidate, acc.reference, acc.positions, proxy,
-                     proxy ? trial.accuracy.model : std::string(), acc.top1_agreement_pct, acc.top1_digest};
   result.quantization = {quantised.value().method, quantised.value().calibration_sequences,
                          quantised.value().held_out_skipped, quantised.value().cached, quantised.value().seconds};
   result.peak_memory_bytes = static_cast<int64_t>(engine.backend().peak_memory_bytes());
@@ -335,7 +349,11 @@ int main(int argc, char** argv) {
   CLI::App app{"soartune-worker: run one trial, print one JSON result"};
   std::string trial, backend, checkpoint_dir;
   int threads = 0;
+  bool progress = false;
   app.add_option("--trial", trial, "trial file (docs/FORMATS.md section 3)")->required();
+  app.add_flag("--progress", progress,
+               "before the result, print a progress line after the accuracy and after each tier (docs/FORMATS.md "
+               "section 4; soartuned reads them to stop hopeless trials early)");
   app.add_option("--write-checkpoint", checkpoint_dir,
                  "instead of measuring: write the trial's model, quantised under its launch config, as a GPTQ checkpoint into DIR");
   app.add_option("--backend", backend, "override the trial's backend")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -352,7 +370,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (!checkpoint_dir.empty()) return soartune::engine::worker::write_checkpoint(trial, checkpoint_dir);
-    return soartune::engine::worker::run(trial, backend, threads);
+    return soartune::engine::worker::run(trial, backend, threads, progress);
   } catch (const std::bad_alloc& e) {
     soartune::WorkerResult r;
     r.error = {soartune::FailureKind::kOutOfMemory, "", std::string("host memory: ") + e.what()};

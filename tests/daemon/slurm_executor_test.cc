@@ -2,7 +2,8 @@
 // slurmctld, slurmd, as the current user, in a temporary directory, on free ports), with the real soartuned and
 // soartune-worker: trials run as Slurm jobs, an `scancel` of one makes it a FAILED trial of kind cancelled, a
 // daemon killed with SIGKILL while a trial runs in Slurm re-attaches to it when restarted, and so does one stopped
-// with SIGTERM (no trial runs twice), and the job finishes. Skipped, saying why, only where those programs are missing or cannot start here.
+// with SIGTERM (no trial runs twice), and the job finishes; with early_stop: the progress lines are read from the
+// shared directory and a hopeless trial is scancelled and PRUNED. Skipped, saying why, only where those programs are missing or cannot start here.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -299,6 +300,52 @@ TEST(SlurmExecutor, TrialsRunAsSlurmJobsScancelFailsOneARestartedDaemonReattache
   }
   EXPECT_EQ(trial_status(held_trial).status(), pb::TRIAL_COMPLETE);
   EXPECT_EQ(trial_status(left_trial).status(), pb::TRIAL_COMPLETE);
+}
+
+// Early stop with executor slurm: the runner reads the worker's progress lines from its stdout file on the shared
+// directory at each poll, and a trial whose accuracy fails the gate (after_tiers 0) is scancelled and PRUNED.
+TEST(SlurmExecutor, EarlyStopReadsProgressFromTheSharedDirectoryAndScancels) {
+  TempDir dir;
+  SlurmCluster cluster(dir);
+  if (std::string why = cluster.start(); !why.empty()) GTEST_SKIP() << "no Slurm cluster here: " << why;
+  const std::string config = write_file(dir.file("daemon.yaml"),
+      "listen: 127.0.0.1:0\nport_file: " + dir.file("port") + "\ndatabase: " + dir.file("soartune.db") +
+      "\nwork_dir: " + dir.file("work") + "\nworker: " + std::string(SOARTUNE_WORKER_PATH) +
+      "\nworkloads_dir: " + std::string(SOARTUNE_SOURCE_DIR) + "/configs/workloads\n"
+      "executor: slurm\nslurm: {jobs: 1, device: cpu, poll_s: 0.3, sbatch_args: [--cpus-per-task=1]}\n");
+  // Every 4-bit config is under the 99.9% gate; c1 (8 requests at concurrency 1) outlasts a few polls.
+  const std::string spec =
+      "name: slurm-early-stop\nmodel: synthetic:tiny\nbackend: cpu\nseed: 7\nstrategy: random\nbudget: {trials: 2}\n"
+      "trial_timeout_s: 120\n"
+      "workload: {name: s, requests: [{name: a, input_len: 16, output_len: 64, count: 8}]}\n"
+      "accuracy: {set: synthetic, samples: 4, prompt_len: 16, continuation_len: 16}\n"
+      "scoring: {gate: [{above: 99.9, c: 1.0}]}\n"
+      "space:\n  weight_bits: {type: choice, values: [4]}\n"
+      "early_stop: {after_tiers: 0, margin_pct: 5}\n";
+  Daemon d(dir, {"--config", config});
+  ASSERT_TRUE(d.start()) << d.log();
+  TunerClient api(d.addr());
+  const std::string job = api.submit(spec);
+  ASSERT_FALSE(job.empty());
+  pb::Job end;
+  ASSERT_TRUE(wait_for([&] { return finished(end = api.get(job)); }, 120)) << d.log();
+  EXPECT_EQ(end.state(), pb::JOB_SUCCEEDED) << end.error() << "\n" << d.log();
+  const std::vector<pb::Trial> ts = api.trials(job);
+  ASSERT_EQ(ts.size(), 2u);
+  EXPECT_EQ(ts[0].status(), pb::TRIAL_COMPLETE);
+  EXPECT_EQ(ts[1].status(), pb::TRIAL_PRUNED) << ts[1].error() << "\n" << d.log();
+  EXPECT_EQ(ts[1].early_stop().stage(), "accuracy");
+  EXPECT_EQ(ts[1].failure_kind(), pb::FAILURE_KIND_UNSPECIFIED);
+  EXPECT_EQ(ts[1].tiers_size(), 0);
+  // Slurm says it was cancelled: by the daemon's scancel, not run to the end.
+  const std::string prefix = "soartune-" + job + "-1";
+  bool seen = false;
+  for (const auto& [id, js] : cluster.jobs())
+    if (js.first == prefix) {
+      seen = true;
+      EXPECT_EQ(js.second, "CANCELLED") << id;
+    }
+  EXPECT_TRUE(seen) << "trial 1 ran as a Slurm job";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The dashboard in headless Chromium (Debian's chromium, driven by puppeteer-core; no browser download) against a
-// real soartuned holding a finished job and a running one (CPU jobs on the shipped kjv-llama demo model). Checks that the numbers
+// real soartuned holding a finished job and a running one (CPU jobs on the shipped kjv-llama demo model), and one
+// whose trials were stopped early (PRUNED). Checks that the numbers
 // on the pages equal the CLI's gRPC answers (`soartune ... --json`), that every chart has rendered marks, that a
 // finished trial reaches the open job page within 2 s, and that no page logs an error; saves screenshots.
 //
@@ -66,6 +67,16 @@ async function main() {
   const t0 = Date.now();
   while (cliJson("status", finished).state !== "SUCCEEDED" && Date.now() - t0 < 120000) await sleep(300);
   check(cliJson("status", finished).state === "SUCCEEDED", `job ${finished} finished`);
+  // A job whose 4-bit trials fail the gate and are stopped after their accuracy (early_stop:): PRUNED trials.
+  const pruningSpec = path.join(dir, "pruning.yaml");
+  fs.writeFileSync(pruningSpec, ["name: pruning", "model: synthetic:tiny", "backend: cpu", "seed: 7", "strategy: random",
+    "budget: {trials: 3}", "workload: {name: p, requests: [{name: a, input_len: 16, output_len: 32, count: 4}]}",
+    "accuracy: {set: synthetic, samples: 4, prompt_len: 16, continuation_len: 16}", "scoring: {gate: [{above: 99.9, c: 1.0}]}",
+    "space: {weight_bits: {type: choice, values: [4]}, weight_group_size: {type: choice, values: [32, 64]}}",
+    "early_stop: {after_tiers: 0, margin_pct: 5}", ""].join("\n"));
+  const pruning = cli("submit", pruningSpec).trim();
+  while (cliJson("status", pruning).state !== "SUCCEEDED" && Date.now() - t0 < 180000) await sleep(300);
+  check(cliJson("status", pruning).trials_pruned === 2, `job ${pruning}: 2 trials stopped early`);
   const running = cli("submit", spec("running", 200)).trim();
   cli("record", finished, "3", "--s1", "95", "--s8", "94", "--sinf", "93", "--accuracy", "99.3");
 
@@ -158,6 +169,30 @@ async function main() {
     await page.select('select[data-filter="status"]', "");
     await page.screenshot({ path: path.join(artifacts, "job.png"), fullPage: true });
     await page.close();
+  }
+
+  // Stopped trials: the status filter offers PRUNED, their rows are marked, the job's card counts them, the
+  // history chart draws them, and a trial page says where and why it was stopped, as gRPC does.
+  {
+    const page = await open(`/jobs/${pruning}`);
+    await page.select('select[data-filter="status"]', "TRIAL_PRUNED");
+    const statuses = await page.$$eval('#trials td[data-field="status"]', (cs) => cs.map((c) => c.textContent));
+    const marked = await page.$$eval("#trials tr.pruned", (rs) => rs.length);
+    check(statuses.length === 2 && statuses.every((s) => s === "PRUNED") && marked === 2, `status filter PRUNED: ${statuses} (${marked} rows marked pruned)`);
+    const card = await page.$eval('#job-cards [data-field="trials_pruned"]', (c) => c.textContent);
+    check(card === "2", `job page: stopped early card ${card}`);
+    const stopped = await page.evaluate(() => {
+      const chart = echarts.getInstanceByDom(document.querySelector('[data-chart="history"]'));
+      return chart.getOption().series.find((x) => x.name === "stopped early").data.length;
+    });
+    check(stopped === 2, `history chart: ${stopped} stopped trials drawn`);
+    await page.screenshot({ path: path.join(artifacts, "job-pruned.png"), fullPage: true });
+    await page.close();
+    const trial = await open(`/jobs/${pruning}/trials/1`);
+    const shown = cliJson("show", pruning, "1");
+    const stage = await trial.$eval('[data-field="stopped after"]', (e) => e.textContent);
+    check(shown.status === "PRUNED" && stage === shown.early_stop.stage, `trial page: stopped after ${stage} = gRPC's ${shown.early_stop.stage}`);
+    await trial.close();
   }
 
   // A trial page: the tier metrics as `soartune show --json` gives them, and the YAML export as the CLI's.

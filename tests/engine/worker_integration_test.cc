@@ -1,9 +1,12 @@
-// The built soartune-worker end to end on synthetic:tiny: one JSON object on stdout, exit codes.
+// The built soartune-worker end to end on synthetic:tiny: one JSON object on stdout (progress lines before it
+// with --progress), exit codes.
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -69,6 +72,30 @@ TEST(Worker, RunsATrialAndPrintsOneJsonResult) {
   EXPECT_GT(j["accuracy"]["relative_pct"].get<double>(), 50);
   EXPECT_LE(j["accuracy"]["relative_pct"].get<double>(), 100);
   EXPECT_GT(j["peak_memory_bytes"].get<int64_t>(), 0);
+}
+
+// With --progress (as soartuned runs it): a progress line after the accuracy and after each tier, each with
+// everything measured so far, then the result, which is read as without them.
+TEST(Worker, ProgressLinesBeforeTheResult) {
+#ifndef SOARTUNE_WORKER_PATH
+  GTEST_SKIP() << "soartune-worker not built";
+#endif
+  const WorkerRun r = run_worker(trial("{weight_bits: 8, weight_group_size: 64}"), "--progress");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 5u) << r.out;
+  const char* stages[] = {"accuracy", "c1", "c8", "cinf"};
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& p = lines[i]["progress"];
+    EXPECT_EQ(p["stage"], stages[i]);
+    EXPECT_EQ(p["tiers"].size(), i);
+    EXPECT_EQ(p["accuracy"]["relative_pct"], lines[4]["accuracy"]["relative_pct"]);
+    if (i > 0) EXPECT_EQ(p["tiers"][i - 1]["duration_s"], lines[4]["tiers"][i - 1]["duration_s"]);
+  }
+  EXPECT_TRUE(lines[4]["ok"].get<bool>());
+  EXPECT_FALSE(lines[4].contains("progress"));
 }
 
 TEST(Worker, ReferenceWriteThenRead) {

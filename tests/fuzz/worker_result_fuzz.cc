@@ -2,13 +2,15 @@
 // interpret_worker_run, which calls core/worker_result parse_worker_output). The input is both streams of one
 // finished worker, with one of the exit statuses the daemon distinguishes. Beyond "no crash", it checks what the
 // daemon relies on: every string it would store is valid UTF-8, and a parsed result printed again with
-// to_json() reads back to the same result.
+// to_json() reads back to the same result. Each line is also read as a progress line (core/worker_progress.h),
+// as the runner reads them while the worker runs, with the same round-trip check.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "core/utf8.h"
+#include "core/worker_progress.h"
 #include "core/worker_result.h"
 #include "daemon/trial_result.h"
 
@@ -58,6 +60,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     TrialRecord t;
     const auto outcome = soartune::daemon::interpret_worker_run(run, 60, t);
     check_stored_text(t, outcome.error);
+  }
+  for (size_t start = 0; start <= text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    auto progress = soartune::parse_worker_progress(std::string_view(text).substr(start, end - start));
+    if (progress.ok() && progress.value()) {
+      const std::string once = soartune::to_json(*progress.value());
+      require(is_utf8(once), "a progress line printed again is not UTF-8");
+      auto again = soartune::parse_worker_progress(once);
+      require(again.ok() && again.value(), "to_json() of a parsed progress line does not parse");
+      require(soartune::to_json(*again.value()) == once, "progress to_json() does not round-trip");
+    }
+    start = end + 1;
   }
   auto parsed = soartune::parse_worker_output(text);
   if (parsed.ok()) {

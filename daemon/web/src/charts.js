@@ -3,6 +3,7 @@
 import { TIERS, duration, failure } from "./format.js";
 
 const FAILED_COLOR = "#c0392b";
+const PRUNED_COLOR = "#b8860b";
 
 export function makeChart(dom, trialCount) {
   // SVG keeps marks countable (the browser tests count them); canvas for large jobs, where it is faster.
@@ -12,6 +13,8 @@ export function makeChart(dom, trialCount) {
 export function historyOption(job, trials) {
   const done = trials.filter((t) => t.status === "TRIAL_COMPLETE");
   const failed = trials.filter((t) => t.status === "TRIAL_FAILED" || t.status === "TRIAL_CANCELLED");
+  // Stopped early: drawn at the best score it could still reach when the rule stopped it.
+  const pruned = trials.filter((t) => t.status === "TRIAL_PRUNED");
   let best = -Infinity;
   const bestSoFar = [];
   for (const t of [...trials].sort((a, b) => Number(a.number) - Number(b.number))) {
@@ -32,6 +35,10 @@ export function historyOption(job, trials) {
         data: failed.map((t) => ({ value: [Number(t.number), 0], kind: failure(t.failure_kind) || t.status.toLowerCase() })),
         label: { show: true, position: "top", fontSize: 9, formatter: (p) => p.data.kind },
         tooltip: { formatter: (p) => `trial ${p.value[0]}: ${p.data.kind}` } },
+      { name: "stopped early", type: "scatter", symbol: "diamond", symbolSize: 9, itemStyle: { color: PRUNED_COLOR },
+        data: pruned.map((t) => ({ value: [Number(t.number), t.early_stop ? t.early_stop.bound : 0],
+                                   stage: t.early_stop ? t.early_stop.stage : "" })),
+        tooltip: { formatter: (p) => `trial ${p.value[0]}: stopped after ${p.data.stage}, could reach at most ${p.value[1].toFixed(4)}` } },
       { name: "best so far", type: "line", step: "end", showSymbol: false, data: bestSoFar },
     ],
   };

@@ -11,11 +11,12 @@ function card(label, value, field) {
 }
 
 function header(job) {
-  const used = job.trials_done + job.trials_running;
+  const used = job.trials_done + (job.trials_pruned || 0) + job.trials_running;
   return el("div", { class: "cards", id: "job-cards" },
     card("state", state(job.state), "state"),
     card("trials used / budget", `${used} / ${job.trial_budget}`, "trials"),
     card("failed", job.trials_failed, "trials_failed"),
+    job.trials_pruned > 0 ? card("stopped early", job.trials_pruned, "trials_pruned") : null,
     card("running", job.trials_running, "trials_running"),
     card("best score", job.best_trial === "-1" ? "—" : score(job.best_score), "best_score"),
     card("best trial", job.best_trial === "-1" ? "—" : job.best_trial, "best_trial"),
@@ -41,7 +42,7 @@ export async function jobPage(main, jobId) {
     el("h1", {}, `job ${job.id} `, el("span", { class: "note" }, job.name)),
     headerBox,
     el("div", { class: "grid" },
-      panel("optimisation history", "history", "score per trial, best so far; failed trials marked with their failure kind"),
+      panel("optimisation history", "history", "score per trial, best so far; failed trials marked with their failure kind, trials stopped early at the best score they could still reach"),
       panel("tier durations vs relative accuracy", "tradeoff", "shaded: the gate bands (C per accuracy range); dashed: the Pareto front per tier"),
       panel("parallel coordinates", "parallel", "the knobs that vary in this job, each complete trial coloured by its score"),
       panel("parameter importance", "importance", "first-order variance shares of the score over the complete trials (fANOVA-style main effects, no interactions)")),

@@ -23,7 +23,9 @@ export async function trialPage(main, jobId, number) {
     el("h1", {}, el("a", { href: `/jobs/${encodeURIComponent(jobId)}` }, job.id), ` · trial ${t.number}`, t.is_reference ? " (reference)" : ""),
     el("div", { class: "cards" },
       ...[["status", status(t.status)], ["score", t.status === "TRIAL_COMPLETE" ? score(t.score) : "—"], ["C", t.gate],
-          ["relative accuracy %", t.status === "TRIAL_COMPLETE" ? pct(t.relative_accuracy) : "—"], ["accuracy metric", t.accuracy_metric],
+          ["relative accuracy %", t.status === "TRIAL_COMPLETE" || t.status === "TRIAL_PRUNED" ? pct(t.relative_accuracy) : "—"], ["accuracy metric", t.accuracy_metric],
+          ...(t.early_stop ? [["stopped after", t.early_stop.stage], ["best reachable score", score(t.early_stop.bound)],
+                              ["incumbent then", score(t.early_stop.incumbent)], ["margin %", (100 * t.early_stop.margin).toFixed(0)]] : []),
           ["device", t.device], ["peak memory MiB", (Number(t.peak_memory_bytes) / 2 ** 20).toFixed(1)],
           ["failure", failure(t.failure_kind) || "—"]].map(([l, v]) =>
         el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-field": l }, v)))),

@@ -18,7 +18,7 @@ export class TrialTable {
       { key: "status", label: "status", value: (t) => t.status, text: (t) => status(t.status) },
       { key: "score", label: "score", num: true, value: (t) => t.score, text: (t) => (t.status === "TRIAL_COMPLETE" ? score(t.score) : "") },
       { key: "gate", label: "C", num: true, value: (t) => t.gate, text: (t) => (t.status === "TRIAL_COMPLETE" ? String(t.gate) : "") },
-      { key: "accuracy", label: "accuracy %", num: true, value: (t) => t.relative_accuracy, text: (t) => (t.status === "TRIAL_COMPLETE" ? pct(t.relative_accuracy) : "") },
+      { key: "accuracy", label: "accuracy %", num: true, value: (t) => t.relative_accuracy, text: (t) => (t.status === "TRIAL_COMPLETE" || t.status === "TRIAL_PRUNED" ? pct(t.relative_accuracy) : "") },
       ...TIERS.map((tier) => ({ key: tier, label: `${tier} s`, num: true, value: (t) => duration(t, tier) ?? Infinity,
                                 text: (t) => (duration(t, tier) === null ? "" : secs(duration(t, tier))) })),
       ...knobs.map((k) => ({ key: `knob:${k}`, label: k, knob: k, value: (t) => (isNaN(Number(t.params[k])) ? t.params[k] : Number(t.params[k])), text: (t) => t.params[k] })),
@@ -31,7 +31,7 @@ export class TrialTable {
   render(job, trials, knobs) {
     const cols = this.columns(knobs);
     const statusSel = el("select", { "data-filter": "status", onchange: (e) => { this.filters.status = e.target.value; this.render(job, trials, knobs); } },
-      ...["", "TRIAL_COMPLETE", "TRIAL_FAILED", "TRIAL_RUNNING", "TRIAL_CANCELLED"].map((s) => {
+      ...["", "TRIAL_COMPLETE", "TRIAL_FAILED", "TRIAL_RUNNING", "TRIAL_CANCELLED", "TRIAL_PRUNED"].map((s) => {
         const o = el("option", { value: s }, s ? status(s).toLowerCase() : "all");
         if (s === this.filters.status) o.selected = true;
         return o;
@@ -56,7 +56,8 @@ export class TrialTable {
       this.render(job, trials, knobs);
     } }, c.label + (c.key === this.sortKey ? (this.desc ? " ▼" : " ▲") : ""))));
     const body = shown.slice(0, kRows).map((t) => {
-      const cls = [t.status === "TRIAL_FAILED" || t.status === "TRIAL_CANCELLED" ? "failed" : "", t.number === job.best_trial ? "best" : ""].join(" ");
+      const cls = [t.status === "TRIAL_FAILED" || t.status === "TRIAL_CANCELLED" ? "failed" : "",
+                   t.status === "TRIAL_PRUNED" ? "pruned" : "", t.number === job.best_trial ? "best" : ""].join(" ");
       return el("tr", { class: cls, "data-trial": t.number },
         ...cols.map((c) => el("td", { class: c.num ? "num" : "", "data-field": c.key }, c.text(t))));
     });

@@ -1,0 +1,57 @@
+#include "daemon/early_stop.h"
+
+namespace soartune::daemon {
+
+namespace {
+
+const TierMeasurement* find_tier(const WorkerProgress& p, const char* name) {
+  for (const TierMeasurement& t : p.tiers)
+    if (t.tier == name) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<EarlyStopFacts> early_stop_verdict(const search::EarlyStopRule& rule, const search::ScoringSpec& scoring,
+                                                 const WorkerProgress& progress, const ScoredTrials& trials) {
+  const TrialRecord* incumbent = trials.best();
+  if (!incumbent) return std::nullopt;
+  std::array<std::optional<double>, search::kTiers> measured;
+  int tiers_measured = 0;
+  for (int k = 0; k < search::kTiers; ++k)
+    if (const TierMeasurement* t = find_tier(progress, search::kTierNames[k])) {
+      measured[k] = t->duration_s;
+      ++tiers_measured;
+    }
+  if (tiers_measured >= search::kTiers) return std::nullopt;   // done measuring: nothing left to save
+  const double accuracy = progress.accuracy.relative_pct;
+  if (!search::should_stop_early(rule, scoring, accuracy, measured, tiers_measured, trials.reference_durations(),
+                                 incumbent->score))
+    return std::nullopt;
+  return EarlyStopFacts{progress.stage,
+                        search::score_upper_bound(scoring, accuracy, measured, trials.reference_durations()),
+                        incumbent->score, rule.margin};
+}
+
+std::vector<TierRecord> measured_tiers(const WorkerProgress& progress) {
+  std::vector<TierRecord> out;
+  for (int k = 0; k < search::kTiers; ++k) {
+    const TierMeasurement* t = find_tier(progress, search::kTierNames[k]);
+    if (!t) continue;
+    TierRecord r;
+    r.tier = t->tier;
+    r.concurrency = t->concurrency;
+    r.duration_s = t->duration_s;
+    r.ttft_p50_ms = t->ttft_ms.p50;
+    r.ttft_p90_ms = t->ttft_ms.p90;
+    r.ttft_p99_ms = t->ttft_ms.p99;
+    r.tpot_p50_ms = t->tpot_ms.p50;
+    r.tpot_p90_ms = t->tpot_ms.p90;
+    r.tpot_p99_ms = t->tpot_ms.p99;
+    r.output_tokens_per_s = t->output_tokens_per_s;
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace soartune::daemon
