@@ -1,5 +1,5 @@
-// InfLLM-v2 block selection (MiniCPM-SALA's sparse attention of the softmax layers, sparse_config), fp32 on
-// the CPU, for one query token and one KV-head group.
+// InfLLM-v2 block selection (MiniCPM-SALA's sparse attention of the softmax layers, sparse_config) as the
+// engine sees it, over its SparseAttentionConfig; the arithmetic is kernels/sparse_attention_ref's.
 //
 // For a query at position p whose sequence has reached dense_len keys (p + 1 >= dense_len):
 //   1. compressed keys: ck_i = mean of keys [i s, i s + w) (w = kernel_size, s = kernel_stride), for every
@@ -20,40 +20,47 @@
 #pragma once
 
 #include "engine/model_config.h"
+#include "kernels/sparse_attention_ref.h"
 
 namespace soartune::engine {
 
+// The selection lives in kernels/sparse_attention_ref (one implementation, shared with the CUDA kernels' twin).
+inline kernels::SparseParams sparse_params(const SparseAttentionConfig& sp) {
+  kernels::SparseParams p;
+  p.block_size = sp.block_size;
+  p.dense_len = sp.dense_len;
+  p.init_blocks = sp.init_blocks;
+  p.kernel_size = sp.kernel_size;
+  p.kernel_stride = sp.kernel_stride;
+  p.topk = sp.topk;
+  p.window_size = sp.window_size;
+  return p;
+}
+
 // Blocks a query attends to: 1 + p / block_size at most.
-inline int sparse_max_blocks(int context, int block_size) { return (context + block_size - 1) / block_size; }
+inline int sparse_max_blocks(int context, int block_size) { return kernels::sparse_max_blocks(context, block_size); }
 // Compressed keys of a context of `keys` tokens.
 inline int sparse_compressed_keys(int keys, const SparseAttentionConfig& sp) {
-  return keys < sp.kernel_size ? 0 : (keys - sp.kernel_size) / sp.kernel_stride + 1;
+  return kernels::sparse_compressed_keys(keys, sparse_params(sp));
 }
 // Scratch floats sparse_select_blocks needs for a context of up to `context` tokens.
 inline int sparse_scratch_floats(int context, const SparseAttentionConfig& sp) {
-  return 2 * (sparse_compressed_keys(context, sp) + 1) + sparse_max_blocks(context, sp.block_size);
+  return kernels::sparse_scratch_floats(context, sparse_params(sp));
 }
 
 // Mean-pools keys into compressed keys: ck [n][dim] for windows i = 0..n-1, key(j) a [dim] row of key j.
 template <typename KeyRow>
 void sparse_compress_keys(const SparseAttentionConfig& sp, int n, int dim, KeyRow key, float* ck) {
-  const float inv = 1.f / static_cast<float>(sp.kernel_size);
-  for (int i = 0; i < n; ++i) {
-    float* c = ck + static_cast<std::size_t>(i) * dim;
-    for (int e = 0; e < dim; ++e) c[e] = 0.f;
-    for (int j = i * sp.kernel_stride; j < i * sp.kernel_stride + sp.kernel_size; ++j) {
-      const float* k = key(j);
-      for (int e = 0; e < dim; ++e) c[e] += k[e];
-    }
-    for (int e = 0; e < dim; ++e) c[e] *= inv;
-  }
+  kernels::sparse_compress_keys(sparse_params(sp), 0, n, dim, key, ck);
 }
 
 // Selects the blocks for the query heads q [group][dim] at position `pos`, from the compressed keys ck
 // [n_ck][dim] of its sequence (n_ck >= the windows visible at pos). Writes the chosen block indices in
 // ascending order to `blocks` ([sparse_max_blocks(pos + 1)]) and returns their count. `scratch`:
 // sparse_scratch_floats(pos + 1, sp).
-int sparse_select_blocks(const SparseAttentionConfig& sp, const float* q, int group, int dim, const float* ck, int n_ck,
-                         int pos, float* scratch, int* blocks);
+inline int sparse_select_blocks(const SparseAttentionConfig& sp, const float* q, int group, int dim, const float* ck,
+                                int n_ck, int pos, float* scratch, int* blocks) {
+  return kernels::sparse_select_blocks(sparse_params(sp), q, group, dim, ck, n_ck, pos, scratch, blocks);
+}
 
 }  // namespace soartune::engine
