@@ -10,7 +10,7 @@
 #       libraries: about 48 MB as files, 20 MB packed), for calls that need the daemon and the model together.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: timing, decode, ncu_decode, ncu_gemv, sass, tables, job8b) and writes
+#       tests sanitizer model bench peer e2e; also: timing, sparse, decode, ncu_decode, ncu_gemv, sass, tables, job8b) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
@@ -143,6 +143,20 @@ if want timing; then
     timeout 200 "$bin/$t" >"$OUT/$t.txt" 2>&1
     note "$t: rc=$? ($OUT/$t.txt)"
   done
+fi
+
+# InfLLM-v2 sparse attention (kernels/sparse_attention.cu): its GPU tests against the CPU twin (>= 16k-token
+# contexts, dense_len lowered), then one softmax layer at 60k tokens, sparse against the dense paged kernels
+# (tests/kernels/sparse_attention_timing.cu). Bundle with BUNDLE_EXES="soartune_kernel_gpu_tests sparse_attention_timing".
+if want sparse; then
+  timeout 300 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='SparseAttention*' >"$OUT/sparse_tests.log" 2>&1
+  note "sparse attention tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/sparse_tests.log" | tr '\n' ' ')"
+  grep -E '^rows|^plan|^mismatch|Failure|FAILED' "$OUT/sparse_tests.log" | head -40 | tee -a "$summary"
+  if [[ -x "$bin/sparse_attention_timing" ]]; then
+    timeout 240 "$bin/sparse_attention_timing" >"$OUT/sparse_attention_timing.txt" 2>&1
+    note "sparse_attention_timing: rc=$? ($OUT/sparse_attention_timing.txt)"
+    tee -a "$summary" <"$OUT/sparse_attention_timing.txt"
+  fi
 fi
 
 # Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)

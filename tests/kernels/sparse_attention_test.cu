@@ -1,0 +1,282 @@
+// InfLLM-v2 sparse attention on the GPU (kernels/sparse_attention.cuh) against its CPU twin
+// (kernels/sparse_attention_ref.h) on synthetic contexts of 16k-25k tokens with dense_len lowered to 4096,
+// MiniCPM-SALA's softmax-layer shapes (32 query heads, 2 KV heads, head_dim 128), block_size 64.
+// The contexts are first prefilled through the kernels in chunks of 3000 tokens (so the compressed keys are
+// appended across chunk edges that cut windows), then the tested step runs:
+//   - compressed keys: equal to the twin's bit for bit (same fp32 sums in the same order);
+//   - selection: the same block set per (token, KV head). The GPU sums the softmax in another order than the
+//     twin (fp32), so two blocks whose twin scores lie within 1e-5 relative of each other may swap; such a
+//     swap is reported with its gap and accepted, at most on 2% of the rows; any other difference fails;
+//   - output: on the rows whose selection matches, normalised error against the twin within the bf16 bound.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/sparse_attention.cuh"
+#include "kernels/sparse_attention_ref.h"
+#include "tests/kernels/attention_device_util.cuh"
+#include "tests/kernels/attention_test_util.h"
+
+namespace soartune::kernels {
+namespace {
+
+using test::DeviceBuf;
+using test::upload;
+
+struct Step {
+  std::vector<int> prefix;   // tokens cached before the tested step
+  std::vector<int> q_len;    // the tested step's tokens per sequence
+};
+
+struct Outcome {
+  int rows = 0, mismatched_rows = 0;
+  double max_gap = 0;        // largest relative score gap of an accepted swap
+  double error = 0;          // normalised output error over the matching rows
+};
+
+class SparseAttentionGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device: the sparse attention kernels are not run";
+    cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0);
+  }
+
+  Outcome run(const SparseParams& sp, KvCacheDtype kv_dtype, const Step& step, int splits, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const int n_heads = 32, n_kv = 2, D = 128, page = 16, group = n_heads / n_kv;
+    const int batch = static_cast<int>(step.prefix.size());
+    std::vector<int> ctx(batch);
+    int max_ctx = 0, max_q = 0, total_q = 0;
+    for (int b = 0; b < batch; ++b) {
+      ctx[b] = step.prefix[b] + step.q_len[b];
+      max_ctx = std::max(max_ctx, ctx[b]);
+      max_q = std::max(max_q, step.q_len[b]);
+      total_q += step.q_len[b];
+    }
+    const PagedKvLayout layout{n_kv, D, page, kv_dtype};
+    const test::HostPagedCache cache = test::make_paged_cache(rng, layout, ctx);
+    DeviceBuf k(cache.k.size()), v(cache.v.size()), bt(cache.block_table.size() * 4);
+    upload(k, cache.k);
+    upload(v, cache.v);
+    upload(bt, cache.block_table);
+    const int cap = sparse_compressed_keys(max_ctx, sp);
+    const int slots = batch + 1;   // sequence b in slot b + 1: a wrong slot index reads another's keys
+    DeviceBuf ck(size_t(slots) * n_kv * cap * D * 4);
+    CUDA_CHECK(cudaMemset(ck.p, 0xff, size_t(slots) * n_kv * cap * D * 4));   // NaN until written
+    std::vector<int32_t> slot_ids(batch);
+    for (int b = 0; b < batch; ++b) slot_ids[b] = b + 1;
+    DeviceBuf slots_d(batch * 4);
+    upload(slots_d, slot_ids);
+
+    SparseAttentionArgs a;
+    a.k_cache = k.p;
+    a.v_cache = v.p;
+    a.block_table = static_cast<const int32_t*>(bt.p);
+    a.ck = static_cast<float*>(ck.p);
+    a.ck_slots = static_cast<const int32_t*>(slots_d.p);
+    a.ck_capacity = cap;
+    a.batch = batch;
+    a.max_context = max_ctx;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv;
+    a.head_dim = D;
+    a.page_size = page;
+    a.block_table_stride = cache.block_table_stride;
+    a.kv_dtype = kv_dtype;
+    a.k_scale = cache.k_scale;
+    a.v_scale = cache.v_scale;
+    a.sp = sp;
+
+    // Prefill every sequence's prefix through the kernels, 3000 tokens a chunk (q zero: outputs unused).
+    {
+      const int chunk = 3000;
+      DeviceBuf q0(size_t(batch) * chunk * n_heads * D * 2), out0(size_t(batch) * chunk * n_heads * D * 2);
+      CUDA_CHECK(cudaMemset(q0.p, 0, size_t(batch) * chunk * n_heads * D * 2));
+      for (int start = 0;; start += chunk) {
+        std::vector<int32_t> offs(batch + 1, 0), pre(batch);
+        for (int b = 0; b < batch; ++b) {
+          const int n = std::clamp(step.prefix[b] - start, 0, chunk);
+          offs[b + 1] = offs[b] + n;
+          pre[b] = std::min(start, step.prefix[b]);
+        }
+        if (offs[batch] == 0) break;
+        DeviceBuf offs_d((batch + 1) * 4), pre_d(batch * 4);
+        upload(offs_d, offs);
+        upload(pre_d, pre);
+        SparseAttentionArgs c = a;
+        c.q = q0.p;
+        c.out = out0.p;
+        c.q_offsets = static_cast<const int32_t*>(offs_d.p);
+        c.prefix_lens = static_cast<const int32_t*>(pre_d.p);
+        c.total_q = offs[batch];
+        c.max_q_len = chunk;
+        SparseAttentionPlan plan;
+        const std::string err = sparse_attention_plan(c, sms_, 0, &plan);
+        EXPECT_EQ(err, "");
+        if (!err.empty()) return {};
+        DeviceBuf ws(plan.workspace_bytes);
+        CUDA_CHECK(sparse_attention_run(c, plan, ws.p, nullptr));
+        CUDA_CHECK(cudaDeviceSynchronize());
+      }
+    }
+
+    // The tested step.
+    const test::HostActs q = test::make_acts(rng, ActDtype::kBf16, int64_t(total_q) * n_heads * D, 3.f);
+    std::vector<int32_t> offs(batch + 1, 0), pre(batch);
+    for (int b = 0; b < batch; ++b) {
+      offs[b + 1] = offs[b] + step.q_len[b];
+      pre[b] = step.prefix[b];
+    }
+    DeviceBuf q_d(q.raw.size()), out_d(size_t(total_q) * n_heads * D * 2), offs_d((batch + 1) * 4), pre_d(batch * 4);
+    upload(q_d, q.raw);
+    upload(offs_d, offs);
+    upload(pre_d, pre);
+    a.q = q_d.p;
+    a.out = out_d.p;
+    a.q_offsets = static_cast<const int32_t*>(offs_d.p);
+    a.prefix_lens = static_cast<const int32_t*>(pre_d.p);
+    a.total_q = total_q;
+    a.max_q_len = max_q;
+    SparseAttentionPlan plan;
+    const std::string err = sparse_attention_plan(a, sms_, splits, &plan);
+    EXPECT_EQ(err, "");
+    if (!err.empty()) return {};
+    std::printf("plan: total_q %d, splits %d, max_selected %d, workspace %.1f MiB\n", total_q, plan.splits,
+                plan.max_selected, plan.workspace_bytes / 1048576.0);
+    DeviceBuf ws(plan.workspace_bytes);
+    CUDA_CHECK(sparse_attention_run(a, plan, ws.p, nullptr));
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    std::vector<uint16_t> out_raw(size_t(total_q) * n_heads * D);
+    CUDA_CHECK(cudaMemcpy(out_raw.data(), out_d.p, out_raw.size() * 2, cudaMemcpyDeviceToHost));
+    const int rows_total = total_q * n_kv;
+    std::vector<int32_t> sel(size_t(rows_total) * plan.max_selected), counts(rows_total);
+    CUDA_CHECK(cudaMemcpy(sel.data(), static_cast<char*>(ws.p) + plan.selected_off, sel.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(counts.data(), static_cast<char*>(ws.p) + plan.counts_off, counts.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> ck_h(size_t(slots) * n_kv * cap * D);
+    CUDA_CHECK(cudaMemcpy(ck_h.data(), ck.p, ck_h.size() * 4, cudaMemcpyDeviceToHost));
+
+    // The twin.
+    std::vector<float> ref(size_t(total_q) * n_heads * D);
+    std::vector<int32_t> rsel(size_t(rows_total) * plan.max_selected), rcounts(rows_total);
+    sparse_attention_ref(sp, q.values.data(), cache.view(), cache.block_table.data(), cache.block_table_stride,
+                         offs.data(), pre.data(), batch, n_heads, 0.f, ref.data(), plan.max_selected, rsel.data(),
+                         rcounts.data());
+
+    Outcome res;
+    // Compressed keys: every window of every sequence's context, bit for bit.
+    int64_t ck_diff = 0;
+    for (int b = 0; b < batch; ++b)
+      for (int kvh = 0; kvh < n_kv; ++kvh) {
+        const int n = sparse_compressed_keys(ctx[b], sp);
+        std::vector<float> want(size_t(n) * D);
+        sparse_compress_paged_ref(sp, cache.view(), cache.block_table.data() + b * cache.block_table_stride, kvh, 0, n,
+                                  want.data());
+        const float* got = ck_h.data() + (size_t(slot_ids[b]) * n_kv + kvh) * cap * D;
+        for (size_t i = 0; i < want.size(); ++i) ck_diff += !(got[i] == want[i]);
+      }
+    EXPECT_EQ(ck_diff, 0) << "compressed-key elements differing from the twin";
+
+    // Selection, row by row; the twin's block scores explain any difference.
+    std::vector<char> row_ok(rows_total, 1);
+    for (int b = 0; b < batch; ++b) {
+      const int nck = sparse_compressed_keys(ctx[b], sp);
+      for (int kvh = 0; kvh < n_kv; ++kvh) {
+        std::vector<float> ckr(size_t(nck) * D);
+        sparse_compress_paged_ref(sp, cache.view(), cache.block_table.data() + b * cache.block_table_stride, kvh, 0,
+                                  nck, ckr.data());
+        for (int j = 0; j < step.q_len[b]; ++j) {
+          const int t = offs[b] + j, pos = pre[b] + j, row = t * n_kv + kvh;
+          ++res.rows;
+          const std::vector<int> got(sel.begin() + int64_t(row) * plan.max_selected,
+                                     sel.begin() + int64_t(row) * plan.max_selected + counts[row]);
+          const std::vector<int> want(rsel.begin() + int64_t(row) * plan.max_selected,
+                                      rsel.begin() + int64_t(row) * plan.max_selected + rcounts[row]);
+          if (got == want) continue;
+          row_ok[row] = 0;
+          ++res.mismatched_rows;
+          EXPECT_EQ(got.size(), want.size()) << "token " << t << " kv head " << kvh << ": block counts differ";
+          std::vector<float> scratch(sparse_scratch_floats(pos + 1, sp)), score(pos / sp.block_size + 1);
+          sparse_block_scores(sp, &q.values[(size_t(t) * n_heads + kvh * group) * D], group, D, ckr.data(), nck, pos,
+                              scratch.data(), score.data());
+          std::vector<int> only_gpu, only_ref;
+          std::set_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(only_gpu));
+          std::set_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(only_ref));
+          for (size_t i = 0; i < std::min(only_gpu.size(), only_ref.size()); ++i) {
+            const float sg = score[only_gpu[i]], sr = score[only_ref[i]];
+            const double gap = std::fabs(double(sr) - double(sg)) / std::max(std::fabs(double(sr)), 1e-30);
+            std::printf("mismatch: token %d (pos %d) kv head %d: GPU block %d (twin score %.9g) for twin block %d "
+                        "(%.9g), relative gap %.3g\n", t, pos, kvh, only_gpu[i], sg, only_ref[i], sr, gap);
+            res.max_gap = std::max(res.max_gap, gap);
+            EXPECT_LE(gap, 1e-5) << "token " << t << " kv head " << kvh << ": a swap that is not a near-tie";
+          }
+        }
+      }
+    }
+    EXPECT_LE(res.mismatched_rows, std::max(1, res.rows / 50)) << "rows with a swapped block";
+
+    // Output on the matching rows.
+    std::vector<float> got_m, ref_m;
+    for (int t = 0; t < total_q; ++t)
+      for (int h = 0; h < n_heads; ++h) {
+        if (!row_ok[t * n_kv + h / group]) continue;
+        for (int d = 0; d < D; ++d) {
+          const size_t i = (size_t(t) * n_heads + h) * D + d;
+          got_m.push_back(bf16_to_f32(out_raw[i]));
+          ref_m.push_back(ref[i]);
+        }
+      }
+    res.error = test::normalised_error(got_m, ref_m);
+    std::printf("rows %d, mismatched %d (largest accepted gap %.3g), output error %.3g (bound %.3g)\n", res.rows,
+                res.mismatched_rows, res.max_gap, res.error, test::error_bound(ActDtype::kBf16));
+    EXPECT_LT(res.error, test::error_bound(ActDtype::kBf16));
+    return res;
+  }
+
+  int sms_ = 0;
+};
+
+SparseParams params(int topk, int window) {
+  SparseParams sp;
+  sp.block_size = 64;
+  sp.kernel_size = 32;
+  sp.kernel_stride = 16;
+  sp.init_blocks = 1;
+  sp.topk = topk;
+  sp.window_size = window;
+  sp.dense_len = 4096;
+  return sp;
+}
+
+TEST_F(SparseAttentionGpu, DecodeMatchesTwin) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Step step{{16383, 16384, 18000, 24576}, {1, 1, 1, 1}};
+  run(params(64, 2048), KvCacheDtype::kBf16, step, 0, seed);          // release top-k / window, split KV
+  run(params(16, 512), KvCacheDtype::kBf16, step, 1, seed + 1);       // one CTA per (token, KV head)
+}
+
+TEST_F(SparseAttentionGpu, DecodeFp8MatchesTwin) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  run(params(32, 1024), KvCacheDtype::kFp8E4M3, Step{{16500, 20000}, {1, 1}}, 0, seed);
+}
+
+TEST_F(SparseAttentionGpu, PrefillMatchesTwin) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // One chunk far above dense_len, one crossing it (its first tokens attend densely).
+  const Step step{{16300, 4040}, {64, 96}};
+  run(params(32, 1024), KvCacheDtype::kBf16, step, 0, seed);
+  run(params(64, 2048), KvCacheDtype::kBf16, step, 3, seed + 1);      // prefill rows through the split combine
+}
+
+}  // namespace
+}  // namespace soartune::kernels
