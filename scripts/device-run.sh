@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Everything the CUDA area checks and measures on a lent GPU, in one call.
 #
-#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz | --with-model-xz] [--xz]
+#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz | --with-model-xz] [--xz] [--with-sala-gz]
 #       (on the build machine) copies the executables of BUILD_DIR (default build-cuda) and their non-system
 #       shared libraries into .device/ (ignored by git), stripped; --with-model also copies the shared tiny
 #       model there for the whole-model test (--with-model-gz as a gzip tarball, 37 instead of 46 MB,
 #       --with-model-xz as an xz one, 33 MB; unpacked by `run`: the device call carries 64 MiB in all). --xz packs
 #       the executables and libraries into one xz tarball too (the daemon's, the worker's and the kernels'
 #       libraries: about 48 MB as files, 20 MB packed), for calls that need the daemon and the model together.
+#       --with-sala-gz adds the shared tiny-sala model (MiniCPM-SALA, 19 MB as a gzip tarball) for the `sala` step.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: timing, decode, ncu_decode, ncu_gemv, sass, tables, job8b) and writes
+#       tests sanitizer model bench peer e2e; also: sala, sala_bench, timing, decode, ncu_decode, ncu_gemv, sass,
+#       tables, job8b) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
@@ -24,12 +26,14 @@ if [[ "$mode" == "bundle" ]]; then
   build="$here/build-cuda"
   with_model=0
   pack=0
+  with_sala=0
   for a in "$@"; do
     case "$a" in
       --with-model) with_model=1 ;;
       --with-model-gz) with_model=2 ;;
       --with-model-xz) with_model=3 ;;
       --xz) pack=1 ;;
+      --with-sala-gz) with_sala=1 ;;
       *) build="$a" ;;
     esac
   done
@@ -65,6 +69,9 @@ if [[ "$mode" == "bundle" ]]; then
   elif [[ $with_model -eq 3 ]]; then
     tar cf - -C "$here/../shared/models" tiny-llama-bpe4k | xz -T2 -6 >"$bundle/tiny-llama-bpe4k.txz"
   fi
+  if [[ $with_sala -eq 1 ]]; then
+    tar cf - -C "$here/../shared/models" tiny-sala | gzip -1 >"$bundle/tiny-sala.tgz"
+  fi
   if [[ $pack -eq 1 ]]; then
     tar cf - -C "$bundle" bin lib | xz -T2 -6 >"$bundle/exes.txz" && rm -rf "$bundle/bin" "$bundle/lib"
   fi
@@ -78,6 +85,9 @@ OUT="${OUT:-/tmp/soartune-device-out}"
 mkdir -p "$OUT"
 if [[ -f "$bundle/tiny-llama-bpe4k.tgz" && ! -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
   mkdir -p "$bundle/shared/models" && tar xzf "$bundle/tiny-llama-bpe4k.tgz" -C "$bundle/shared/models"
+fi
+if [[ -f "$bundle/tiny-sala.tgz" && ! -d "$bundle/shared/models/tiny-sala" ]]; then
+  mkdir -p "$bundle/shared/models" && tar xzf "$bundle/tiny-sala.tgz" -C "$bundle/shared/models"
 fi
 if [[ -f "$bundle/tiny-llama-bpe4k.txz" && ! -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
   mkdir -p "$bundle/shared/models" && tar xJf "$bundle/tiny-llama-bpe4k.txz" -C "$bundle/shared/models"
@@ -122,6 +132,32 @@ if want model; then
   else
     note "model tests: skipped (bundle made without --with-model)"
   fi
+fi
+
+# MiniCPM-SALA on the CUDA engine: the tiny-sala tests (tests/kernels/cuda_sala_gpu_test.cc) against the
+# model's fp32 reference outputs.
+if want sala; then
+  # The RoPE + KV write kernel's NoPE form (the softmax layers') against its twin first.
+  timeout 60 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='RopeKvWrite.*' >"$OUT/sala_rope.log" 2>&1
+  note "rope/NoPE kernel test (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/sala_rope.log" | tr '\n' ' ')"
+  if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
+    SOARTUNE_SHARED_DIR="$bundle/shared" timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+      --gtest_filter='CudaSala.*' >"$OUT/sala_tests.log" 2>&1
+    rc=$?
+    note "sala tests (gpu, tiny-sala): rc=$rc"
+    grep -E 'tiny-sala|^\[  (PASSED|FAILED)|^\[  FAILED|Failure|Expected|Which is|diverges' "$OUT/sala_tests.log" | head -40 | tee -a "$summary"
+  else
+    note "sala tests: skipped (bundle made without --with-sala-gz)"
+  fi
+fi
+
+# synthetic:minicpm-sala-9b beside synthetic:llama3-8b, one invocation (soartune-bench --only sala): decode
+# batch 1 / 8 / 64 (bf16, int4 g128) and 4k / 60k prefill against the H200's datasheet rooflines.
+if want sala_bench; then
+  timeout 330 "$bin/soartune-bench" --only sala --reps "${SALA_REPS:-10}" ${SALA_ARGS:-} \
+    --json "$OUT/sala_bench.jsonl" >"$OUT/sala_bench.txt" 2>&1
+  note "soartune-bench --only sala: rc=$?"
+  grep -E '^(sala|llama)_|^device|error|failed' "$OUT/sala_bench.txt" | tee -a "$summary"
 fi
 
 if want bench; then
