@@ -600,7 +600,7 @@ bool follows_norm(LinearOp op) { return op == LinearOp::kQkv || op == LinearOp::
 }  // namespace
 
 Status CudaModel::gemv_choice(LinearOp op, const kn::DeviceLinear& w, int rows, bool swiglu, const GemvChoice** out) {
-  const GemvKey key{op, w.format, w.group, rows, swiglu};
+  const GemvKey key{op, w.format, w.group, w.n, w.k, rows, swiglu};
   auto it = gemv_plans_.find(key);
   if (it == gemv_plans_.end()) {
     kn::GemvArgs g;
@@ -1022,7 +1022,7 @@ std::vector<KernelPlan> CudaModel::kernel_plans() const {
   auto add = [&](const std::string& op, const std::string& shape, int rows, std::map<std::string, std::string> c) {
     add_ranged(&out, &ranges, op, shape, rows, std::move(c));
   };
-  // Linears: the GEMV's plan a row count (gemv_plans_ is ordered by op, format, group, rows), then the rows
+  // Linears: the GEMV's plan a row count (gemv_plans_ is ordered by op, format, group, shape, rows), then the rows
   // cuBLAS takes.
   std::map<std::pair<LinearOp, std::string>, const kn::DeviceLinear*> linears;  // one a role and shape
   for (const CudaLayer& L : layers_)
@@ -1040,7 +1040,9 @@ std::vector<KernelPlan> CudaModel::kernel_plans() const {
         continue;
       }
       for (const auto& [key, c] : gemv_plans_) {
-        if (key.op != op || key.format != d->format || key.group != d->group || key.rows != rows) continue;
+        if (key.op != op || key.format != d->format || key.group != d->group || key.n != d->n || key.k != d->k ||
+            key.rows != rows)
+          continue;
         std::map<std::string, std::string> choice = {
             {"variant", kn::gemv_variant_names()[c.plan.variant]},
             {"grid", std::to_string(c.plan.grid)},

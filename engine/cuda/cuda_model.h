@@ -166,6 +166,7 @@ class CudaModel {
     LinearOp op;
     kernels::WeightFormat format;
     int group;
+    int n, k;                      // a role may have several shapes (MiniCPM-SALA: lightning and softmax qkv)
     int rows;
     bool swiglu;
     auto operator<=>(const GemvKey&) const = default;
