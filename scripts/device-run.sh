@@ -12,7 +12,7 @@
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
 #       tests sanitizer model bench peer e2e; also: sala, sala_bench, timing, decode, ncu_decode, ncu_gemv, sass,
-#       tables, job8b) and writes
+#       tables, job8b, sala_job) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
@@ -420,6 +420,62 @@ PY
     wait "$dpid" 2>/dev/null
   } >"$OUT/job8b.log" 2>&1
   note "job8b: $(grep -E 'job wall time|watch rc' "$OUT/job8b.log" | tr '\n' ' ') $(grep -c 'CLEARS THE GATE' "$OUT/job8b.log") quantised full runs clear the gate"
+fi
+
+# MiniCPM-SALA through soartuned (issue 18): configs/jobs/h200-minicpm-sala-9b.yaml (the release's shape with
+# synthetic weights, proxy accuracy on the bundled tiny-sala: bundle with --with-sala-gz), the daemon run from
+# .device/run as in job8b. Writes the CLI's views, the best trial's export as a trial file
+# (sala_job_export.yaml), SGLang flags (sala_job_sglang_args.txt) and env script (sala_job_prepare_env.sh), and
+# checks that the job SUCCEEDED and that the export carries the SALA knobs. SALA_JOB_SPEC submits another job
+# file (e.g. the same job on the CPU backend and synthetic:tiny-sala, to check the step without a GPU).
+if want sala_job; then
+  {
+    work="$(mktemp -d)"
+    port=52000 ; port=$((port + RANDOM % 1000))
+    mkdir -p "$bundle/run"
+    cat >"$work/daemon.yaml" <<YAML
+listen: 127.0.0.1:$port
+database: $work/soartune.db
+worker: $bin/soartune-worker
+parallel_trials: 1
+devices: [cuda:0]
+work_dir: $work/trials
+data_roots: [$bundle, $here/configs]
+log_level: info
+YAML
+    (cd "$bundle/run" && exec "$bin/soartuned" --config "$work/daemon.yaml") >"$OUT/sala_job_daemon.log" 2>&1 &
+    dpid=$!
+    sleep 2
+    cli() { timeout 30 "$bin/soartune" --addr 127.0.0.1:$port "$@"; }
+    t0=$(date +%s.%N)
+    job="$(cli submit "${SALA_JOB_SPEC:-$here/configs/jobs/h200-minicpm-sala-9b.yaml}" 2>&1 | tail -1)"
+    echo "submitted: $job"
+    timeout "${SALA_JOB_TIMEOUT:-230}" "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -30
+    echo "watch rc=${PIPESTATUS[0]}"
+    echo "job wall time: $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+    echo "== status"; cli status "$job"
+    echo "== trials"; cli trials "$job"
+    cli trials "$job" --json >"$OUT/sala_job_trials.json"
+    echo "== best"; cli best "$job"
+    n=$(python3 -c "import json; print(len(json.load(open('$OUT/sala_job_trials.json'))['trials']))" 2>/dev/null || echo 0)
+    for ((t = 0; t < n; ++t)); do echo "== show $t"; cli show "$job" "$t"; done
+    echo "== export (best): yaml, sglang-args, env-script"
+    cli export "$job" -o "$OUT/sala_job_export.yaml"
+    cli export "$job" --format sglang-args -o "$OUT/sala_job_sglang_args.txt"
+    cli export "$job" --format env-script -o "$OUT/sala_job_prepare_env.sh"
+    cat "$OUT/sala_job_export.yaml" "$OUT/sala_job_sglang_args.txt"
+    echo "== checks"
+    if cli status "$job" | grep -qE 'state +SUCCEEDED'; then echo "job state: SUCCEEDED"; else echo "job state: NOT SUCCEEDED"; fi
+    missing=""
+    for k in lightning_state_dtype lightning_chunk softmax_attn_bits lightning_attn_bits mlp_bits kv_cache_dtype \
+      max_running_requests sparse_attention; do
+      grep -qE "^  $k: " "$OUT/sala_job_export.yaml" 2>/dev/null || missing="$missing $k"
+    done
+    echo "export knobs: ${missing:+MISSING$missing}${missing:-all SALA knobs present}"
+    kill "$dpid" 2>/dev/null
+    wait "$dpid" 2>/dev/null
+  } >"$OUT/sala_job.log" 2>&1
+  note "sala_job: $(grep -E '^job wall time|^watch rc|^job state|^export knobs|SUCCEEDED \(|FAILED' "$OUT/sala_job.log" | tr '\n' ' ')"
 fi
 
 # The summary table, last.
