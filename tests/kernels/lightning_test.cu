@@ -120,8 +120,13 @@ void check_step(const Shape& sh, const std::vector<Seq>& seqs, int chunk, States
     const std::vector<float> o(dev_state.begin() + slot * per_slot, dev_state.begin() + (slot + 1) * per_slot);
     const std::vector<float> e(st->twin.begin() + slot * per_slot, st->twin.begin() + (slot + 1) * per_slot);
     const bool used = std::any_of(seqs.begin(), seqs.end(), [&](const Seq& s) { return s.slot == slot && s.tokens > 0; });
-    if (used) EXPECT_LT(test::normalized_error(o, e), state_tol) << "state of slot " << slot;
-    else EXPECT_EQ(o, e) << "slot " << slot << " is used by no sequence of the step and must be untouched";
+    if (used) {
+      EXPECT_LT(test::normalized_error(o, e), state_tol) << "state of slot " << slot;
+    } else {
+      size_t changed = 0;
+      for (size_t i = 0; i < o.size(); ++i) changed += o[i] != e[i];
+      EXPECT_EQ(changed, 0u) << "values changed in slot " << slot << ", which no sequence of the step uses";
+    }
   }
   // Carry on from the twin's state, so that later steps compare one step's kernels, not accumulated drift.
   if (st->dtype == LightningStateDtype::kBf16) {
