@@ -261,6 +261,244 @@ __global__ void __launch_bounds__(kChunkThreads) lightning_chunk_kernel(const Li
   }
 }
 
+// ---- prefill: the chunked form on tensor cores -------------------------------------------------------------
+// The same CTA decomposition and math as lightning_chunk_kernel, its GEMMs on mma.sync m16n8k16 (bf16 x bf16 ->
+// fp32). q, k and v are bf16, so Q K^T is exact products summed in fp32, as on CUDA cores. The fp32 operands
+// (the state S in Q S, the decayed scores A in A V, the decay-weighted values in K^T (w v)) are split into
+// x = hi + lo, both bf16 (lo = bf16(x - hi)), and multiplied twice: what is lost is below 2^-16 of x, under the
+// fp32 sums' own error at these lengths. Registers hold the state: warp w owns rows 16 (w % (D/16)) .. + 15 of
+// the CTA's 32 columns (all 4 column tiles at d 128, 2 of them at d 64) in the mma accumulator layout, and
+// publishes it as transposed bf16 hi / lo tiles in shared memory after each chunk, from which every warp reads
+// Q S's B fragments. Per chunk (tokens padded to 16, zeros past the sequence): K rows and V^T to shared memory;
+// each warp takes 16-row query blocks (b and, in a second round, from the top down, balancing the causal work):
+// o = exp((i + 1) g) q_i S + sum over key blocks at or before it of (Q K^T * decay, masked) V, the scores
+// staying in registers (their accumulator layout is the A operand's); then each warp its state tiles:
+// S = exp(C g) S + K^T (w v), w_j = exp((C - 1 - j) g).
+// Fragment layouts (g = lane / 4, t = lane % 4): A 16x16 row-major {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..),
+// (g+8, 2t+8..)}; B 16x8 {(k 2t..2t+1, n g), (k 2t+8.., n g)}; C 16x8 {(g, 2t..2t+1), (g+8, 2t..2t+1)}.
+constexpr int kMmaThreads = 256;
+constexpr int kMmaWarps = kMmaThreads / 32;
+constexpr int kVtStride = kMaxChunk + 8;  // V^T rows, bf16: 132 words, a row of 8 lanes 4 banks apart
+
+template <int D>
+constexpr size_t mma_smem_bytes() {
+  return 2 * (size_t(kMaxChunk) * (D + 8)     // K [chunk][D + 8]
+              + size_t(kCols) * kVtStride     // V^T [32][chunk + 8]
+              + 2 * size_t(kCols) * (D + 8))  // S^T hi, lo [32][D + 8]
+         + 4 * size_t(kMaxChunk + 1);         // exp(m g)
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// (x0, x1) -> bf16 pairs hi and lo with x = hi + lo to 2^-16 of x; x0 in the low half, as an operand wants it.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t* hi, uint32_t* lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(h);
+  *hi = bf16x2_bits(h);
+  *lo = bf16x2_bits(__floats2bfloat162_rn(x0 - hf.x, x1 - hf.y));
+}
+
+__device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+}
+
+template <int D, typename StateT>
+__global__ void __launch_bounds__(kMmaThreads) lightning_chunk_mma_kernel(const LightningArgs a) {
+  constexpr int kKStride = D + 8, kStStride = D + 8;  // bf16; 4 banks between rows g and g + 1
+  constexpr int kMB = D / 16;                         // 16-row state blocks
+  constexpr int kNT = kCols / 8 * kMB / kMmaWarps;    // column tiles of 8 per warp: 4 at d 128, 2 at d 64
+  constexpr int kKS = D / 16;                         // k steps over head_dim
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kMaxChunk][kKStride]
+  __nv_bfloat16* sVt = sK + kMaxChunk * kKStride;                     // [kCols][kVtStride]
+  __nv_bfloat16* sShi = sVt + kCols * kVtStride;                      // [kCols][kStStride]: S^T, hi
+  __nv_bfloat16* sSlo = sShi + kCols * kStStride;                     // lo
+  float* pw = reinterpret_cast<float*>(sSlo + kCols * kStStride);     // [chunk + 1]
+  const int s = blockIdx.x, h = blockIdx.y, c0 = blockIdx.z * kCols;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  pdl_wait();
+  const int t0 = a.q_offsets[s], n = a.q_offsets[s + 1] - t0;
+  if (n < 2) return;  // one-token sequences take the decode kernel
+  const int kvh = h / (a.heads / a.kv_heads);
+  const float lg = a.log_decay[h];
+  for (int m = tid; m <= a.chunk; m += kMmaThreads) pw[m] = expf(lg * float(m));
+  StateT* S = static_cast<StateT*>(a.state) + (int64_t(a.seq_slots[s]) * a.heads + h) * D * D + c0;
+  const bool reset = a.start_pos[s] == 0;
+
+  // This warp's state tiles: rows mb * 16 + g (+ 8), columns (nt0 + j) * 8 + 2t (+ 1).
+  const int mb = warp % kMB, nt0 = (warp / kMB) * kNT;
+  float st[kNT][4];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = mb * 16 + g + (e >= 2 ? 8 : 0), c = (nt0 + j) * 8 + 2 * t + (e & 1);
+      st[j][e] = reset ? 0.f : load_state(S + int64_t(r) * D + c);
+    }
+  auto publish_state = [&] {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = mb * 16 + g + (e >= 2 ? 8 : 0), c = (nt0 + j) * 8 + 2 * t + (e & 1);
+        const __nv_bfloat16 hi = __float2bfloat16_rn(st[j][e]);
+        sShi[c * kStStride + r] = hi;
+        sSlo[c * kStStride + r] = __float2bfloat16_rn(st[j][e] - __bfloat162float(hi));
+      }
+  };
+  publish_state();
+
+  const __nv_bfloat16* qkv = static_cast<const __nv_bfloat16*>(a.qkv);
+  const int64_t q_col = int64_t(h) * D, k_col = int64_t(a.heads + kvh) * D,
+                v_col = int64_t(a.heads + a.kv_heads + kvh) * D + c0;
+  float* out = a.out + int64_t(t0) * a.heads * D + q_col + c0;
+  const int64_t out_stride = int64_t(a.heads) * D;
+
+  for (int cs = 0; cs < n; cs += a.chunk) {
+    const int C = min(a.chunk, n - cs), nb = (C + 15) / 16;
+    __syncthreads();  // the previous chunk's readers of K and V^T are done; pw and S^T are visible
+    for (int idx = tid; idx < nb * 16 * (D / 8); idx += kMmaThreads) {
+      const int r = idx / (D / 8), v = idx % (D / 8);
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (r < C) x = *reinterpret_cast<const uint4*>(qkv + int64_t(t0 + cs + r) * a.row_stride + k_col + v * 8);
+      *reinterpret_cast<uint4*>(sK + r * kKStride + v * 8) = x;
+    }
+    for (int idx = tid; idx < nb * 16 * (kCols / 8); idx += kMmaThreads) {
+      const int r = idx / (kCols / 8), v = idx % (kCols / 8);
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (r < C) x = *reinterpret_cast<const uint4*>(qkv + int64_t(t0 + cs + r) * a.row_stride + v_col + v * 8);
+      const __nv_bfloat16* e8 = reinterpret_cast<const __nv_bfloat16*>(&x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sVt[(v * 8 + e) * kVtStride + r] = e8[e];
+    }
+    __syncthreads();
+
+    // Outputs: query block qb of this chunk, 16 rows.
+    for (int i = warp; i < nb; i += kMmaWarps) {
+      const int qb = i < kMmaWarps ? i : nb - 1 - (i - kMmaWarps);
+      const int r0 = qb * 16 + g, r1 = r0 + 8;  // rows of this lane, in the chunk
+      const __nv_bfloat16* q0 = qkv + int64_t(t0 + cs + r0) * a.row_stride + q_col + 2 * t;
+      const __nv_bfloat16* q1 = qkv + int64_t(t0 + cs + r1) * a.row_stride + q_col + 2 * t;
+      uint32_t qf[kKS][4];
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+        qf[ks][0] = r0 < C ? ld_u32(q0 + ks * 16) : 0u;
+        qf[ks][1] = r1 < C ? ld_u32(q1 + ks * 16) : 0u;
+        qf[ks][2] = r0 < C ? ld_u32(q0 + ks * 16 + 8) : 0u;
+        qf[ks][3] = r1 < C ? ld_u32(q1 + ks * 16 + 8) : 0u;
+      }
+      float o[kCols / 8][4] = {};
+      // Inter-chunk: Q S (S as before the chunk), S in hi + lo.
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks)
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; ++nt) {
+          const int off = (nt * 8 + g) * kStStride + ks * 16 + 2 * t;
+          mma_bf16(o[nt], qf[ks], ld_u32(sShi + off), ld_u32(sShi + off + 8));
+          mma_bf16(o[nt], qf[ks], ld_u32(sSlo + off), ld_u32(sSlo + off + 8));
+        }
+      const float w0 = pw[r0 + 1], w1 = pw[r1 + 1];  // r1 + 1 <= 16 nb <= chunk
+#pragma unroll
+      for (int nt = 0; nt < kCols / 8; ++nt) o[nt][0] *= w0, o[nt][1] *= w0, o[nt][2] *= w1, o[nt][3] *= w1;
+      // Intra-chunk: per key block kb <= qb, P = Q K^T (two 8-key halves), decayed and masked, then P V.
+      for (int kb = 0; kb <= qb; ++kb) {
+        float p[2][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < kKS; ++ks)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const __nv_bfloat16* kr = sK + (kb * 16 + hf * 8 + g) * kKStride + ks * 16 + 2 * t;
+            mma_bf16(p[hf], qf[ks], ld_u32(kr), ld_u32(kr + 8));
+          }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qi = e >= 2 ? r1 : r0, kj = kb * 16 + hf * 8 + 2 * t + (e & 1);
+            p[hf][e] = kj <= qi ? pw[qi - kj] * p[hf][e] : 0.f;
+          }
+        uint32_t ahi[4], alo[4];
+        split_bf16x2(p[0][0], p[0][1], &ahi[0], &alo[0]);
+        split_bf16x2(p[0][2], p[0][3], &ahi[1], &alo[1]);
+        split_bf16x2(p[1][0], p[1][1], &ahi[2], &alo[2]);
+        split_bf16x2(p[1][2], p[1][3], &ahi[3], &alo[3]);
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; ++nt) {
+          const __nv_bfloat16* vr = sVt + (nt * 8 + g) * kVtStride + kb * 16 + 2 * t;
+          const uint32_t b0 = ld_u32(vr), b1 = ld_u32(vr + 8);
+          mma_bf16(o[nt], ahi, b0, b1);
+          mma_bf16(o[nt], alo, b0, b1);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kCols / 8; ++nt) {
+        const int c = nt * 8 + 2 * t;
+        if (r0 < C)
+          *reinterpret_cast<float2*>(out + int64_t(cs + r0) * out_stride + c) =
+              make_float2(a.scale * o[nt][0], a.scale * o[nt][1]);
+        if (r1 < C)
+          *reinterpret_cast<float2*>(out + int64_t(cs + r1) * out_stride + c) =
+              make_float2(a.scale * o[nt][2], a.scale * o[nt][3]);
+      }
+    }
+
+    // State: S = exp(C g) S + K^T (w v), K^T's fragments gathered from K's rows, w v split into hi + lo.
+    const float wc = pw[C];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] *= wc;
+    for (int ks = 0; ks < nb; ++ks) {
+      const int j0 = ks * 16 + 2 * t;  // keys j0, j0 + 1, j0 + 8, j0 + 9
+      const __nv_bfloat16* kc = sK + j0 * kKStride + mb * 16 + g;
+      uint32_t af[4];
+      af[0] = pack_bf16(kc[0], kc[kKStride]);
+      af[1] = pack_bf16(kc[8], kc[kKStride + 8]);
+      af[2] = pack_bf16(kc[8 * kKStride], kc[9 * kKStride]);
+      af[3] = pack_bf16(kc[8 * kKStride + 8], kc[9 * kKStride + 8]);
+      float w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + (e & 1) + (e >= 2 ? 8 : 0);
+        w[e] = j < C ? pw[C - 1 - j] : 0.f;
+      }
+#pragma unroll
+      for (int jt = 0; jt < kNT; ++jt) {
+        const __nv_bfloat16* vr = sVt + ((nt0 + jt) * 8 + g) * kVtStride + j0;
+        const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vr));
+        const float2 v89 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vr + 8));
+        uint32_t bhi[2], blo[2];
+        split_bf16x2(w[0] * v01.x, w[1] * v01.y, &bhi[0], &blo[0]);
+        split_bf16x2(w[2] * v89.x, w[3] * v89.y, &bhi[1], &blo[1]);
+        mma_bf16(st[jt], af, bhi[0], bhi[1]);
+        mma_bf16(st[jt], af, blo[0], blo[1]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] = stored_value(StateT{}, st[j][e]);
+    __syncthreads();  // every warp's Q S read of the old S^T is done
+    publish_state();
+  }
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = mb * 16 + g + (e >= 2 ? 8 : 0), c = (nt0 + j) * 8 + 2 * t + (e & 1);
+      store_state(S + int64_t(r) * D + c, st[j][e]);
+    }
+}
+
 template <int D, typename StateT>
 cudaError_t launch_chunk(const LightningArgs& a, cudaStream_t stream) {
   const size_t smem = chunk_smem_floats<D>() * sizeof(float);
@@ -271,11 +509,29 @@ cudaError_t launch_chunk(const LightningArgs& a, cudaStream_t stream) {
                 a);
 }
 
+template <int D, typename StateT>
+cudaError_t launch_chunk_mma(const LightningArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = mma_smem_bytes<D>();
+  static const cudaError_t attr = cudaFuncSetAttribute(lightning_chunk_mma_kernel<D, StateT>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (attr != cudaSuccess) return attr;
+  return launch(lightning_chunk_mma_kernel<D, StateT>, dim3(a.batch, a.heads, D / kCols), kMmaThreads, smem,
+                stream, a);
+}
+
+// The tensor-core form reads K and V rows 16 bytes at a time.
+bool mma_form_fits(const LightningArgs& a) {
+  return reinterpret_cast<uintptr_t>(a.qkv) % 16 == 0 && a.row_stride % 8 == 0;
+}
+
 template <typename StateT>
 cudaError_t run_typed(const LightningArgs& a, cudaStream_t stream) {
   cudaError_t e = launch(lightning_decode_kernel<StateT>, dim3(a.batch, a.heads, a.head_dim / kCols),
                          kDecodeWarps * 32, 0, stream, a);
   if (e != cudaSuccess || a.max_tokens <= 1) return e;
+  const bool mma = a.prefill_form == LightningPrefillForm::kTensorCores ||
+                   (a.prefill_form == LightningPrefillForm::kAuto && mma_form_fits(a));
+  if (mma) return a.head_dim == 64 ? launch_chunk_mma<64, StateT>(a, stream) : launch_chunk_mma<128, StateT>(a, stream);
   return a.head_dim == 64 ? launch_chunk<64, StateT>(a, stream) : launch_chunk<128, StateT>(a, stream);
 }
 
@@ -340,6 +596,12 @@ std::string lightning_can_implement(const LightningArgs& a) {
     return "state_dtype: must be fp32 or bf16";
   if (a.batch < 0 || a.max_tokens < 1) return "batch / max_tokens: batch must be >= 0 and max_tokens >= 1";
   if (a.slots <= 0) return "slots: must be positive";
+  if (a.prefill_form != LightningPrefillForm::kAuto && a.prefill_form != LightningPrefillForm::kTensorCores &&
+      a.prefill_form != LightningPrefillForm::kCudaCores)
+    return "prefill_form: must be auto, tensor_cores or cuda_cores";
+  if (a.prefill_form == LightningPrefillForm::kTensorCores && a.qkv && !mma_form_fits(a))
+    return "prefill_form: tensor_cores needs qkv 16-byte aligned and row_stride a multiple of 8, got row_stride " +
+           std::to_string(a.row_stride);
   if (a.row_stride < int64_t(a.heads + 2 * a.kv_heads) * a.head_dim)
     return "row_stride: must be >= (heads + 2 kv_heads) * head_dim";
   if (!a.qkv || !a.out || !a.state || !a.q_offsets || !a.start_pos || !a.seq_slots || !a.log_decay)

@@ -1,10 +1,12 @@
 // The lightning-attention kernels (kernels/lightning.cuh) against their CPU twins (kernels/lightning_ref.h) on
 // fresh random inputs, outputs poisoned: q/k norm + RoPE in place; the recurrence and the chunked prefill in
 // mixed batches (prefill and decode sequences, resets at start_pos 0, carried states, GQA) over several steps,
-// every chunk size, fp32 and bf16 states; the output norm + gate; the can_implement messages.
+// every chunk size, fp32 and bf16 states, both prefill forms (tensor cores, CUDA cores; and kAuto on rows the
+// tensor-core form cannot read); the output norm + gate; the can_implement messages.
 //
 // Tolerances, as ||gpu - twin|| / ||twin||: outputs and fp32 states 1e-4 (the same fp32 inputs; only the
-// order of fp32 sums differs from the twin's fp64 ones); with a bf16 state 4e-3 (one bf16 step, 2^-8, where a
+// order of fp32 sums differs from the twin's fp64 ones; the tensor-core form's bf16 hi + lo operands are exact
+// to 2^-16 of each value, 1.5e-5 of it); with a bf16 state 4e-3 (one bf16 step, 2^-8, where a
 // sum lands beside a rounding boundary); bf16 outputs of the fused ops 1e-2 (their final bf16 rounding).
 #include <gtest/gtest.h>
 
@@ -68,9 +70,21 @@ struct States {
 
 const char* dtype_name(LightningStateDtype dt) { return dt == LightningStateDtype::kFp32 ? "fp32" : "bf16"; }
 
+const char* form_name(LightningPrefillForm f) {
+  return f == LightningPrefillForm::kAuto ? "auto" : f == LightningPrefillForm::kTensorCores ? "tensor cores" : "cuda cores";
+}
+
+// How a step is run: the prefill form, and the qkv row padding (8 keeps rows 16-byte aligned; an odd one sends
+// kAuto to the CUDA-core form).
+struct StepForm {
+  LightningPrefillForm form = LightningPrefillForm::kTensorCores;
+  int row_pad = 8;
+};
+
 // One step of `seqs` through lightning_run and the twin; compares the outputs and every slot's state.
-void check_step(const Shape& sh, const std::vector<Seq>& seqs, int chunk, States* st, std::mt19937_64& rng) {
-  const int width = (sh.heads + 2 * sh.kv_heads) * sh.d, stride = width + 8;  // padded rows
+void check_step(const Shape& sh, const std::vector<Seq>& seqs, int chunk, const StepForm& sf, States* st,
+                std::mt19937_64& rng) {
+  const int width = (sh.heads + 2 * sh.kv_heads) * sh.d, stride = width + sf.row_pad;
   std::vector<int32_t> offsets = {0}, starts, slots;
   int max_tokens = 1;
   for (const Seq& s : seqs) {
@@ -93,6 +107,7 @@ void check_step(const Shape& sh, const std::vector<Seq>& seqs, int chunk, States
   a.slots = st->slots, a.q_offsets = doff.as<int32_t>(), a.start_pos = dstart.as<int32_t>();
   a.seq_slots = dslot.as<int32_t>(), a.log_decay = dg.as<float>(), a.scale = scale, a.batch = B;
   a.max_tokens = max_tokens, a.chunk = chunk, a.heads = sh.heads, a.kv_heads = sh.kv_heads, a.head_dim = sh.d;
+  a.prefill_form = sf.form;
   ASSERT_EQ(lightning_can_implement(a), "");
   ASSERT_EQ(lightning_workspace_bytes(T, B, sh.heads, sh.d, chunk), 0u);
   KT_CUDA(lightning_run(a, nullptr));
@@ -140,36 +155,51 @@ void check_step(const Shape& sh, const std::vector<Seq>& seqs, int chunk, States
 
 // A mixed step (a long prefill from scratch into a slot holding garbage, a decode carrying its state, a
 // prefill continuing a carried state, a decode at position 0), then three decode-only steps of all four.
-void mixed_batch_then_decode(const Shape& sh, int chunk, LightningStateDtype dt, int long_tokens) {
+void mixed_batch_then_decode(const Shape& sh, int chunk, LightningStateDtype dt, int long_tokens,
+                             const StepForm& sf = {}) {
   SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " d " + std::to_string(sh.d) +
-               " chunk " + std::to_string(chunk) + " state " + dtype_name(dt));
+               " chunk " + std::to_string(chunk) + " state " + dtype_name(dt) + " prefill " + form_name(sf.form) +
+               " row pad " + std::to_string(sf.row_pad));
   std::mt19937_64 rng(test::new_seed());
   States st(dt, 6, sh, rng);
   std::vector<Seq> seqs = {{long_tokens, 0, 3}, {1, 77, 0}, {chunk + 21, 300, 5}, {1, 0, 1}};
-  check_step(sh, seqs, chunk, &st, rng);
+  check_step(sh, seqs, chunk, sf, &st, rng);
   for (int step = 0; step < 3; ++step) {
     for (Seq& s : seqs) s.start_pos += s.tokens, s.tokens = 1;
-    check_step(sh, seqs, chunk, &st, rng);
+    check_step(sh, seqs, chunk, sf, &st, rng);
   }
 }
 
 TEST(Lightning, TinySalaShapeEveryChunkSizeBothStateDtypes) {
   KT_SKIP_WITHOUT_GPU("lightning attention kernels");
   for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
-    for (const int chunk : {16, 32, 64, 128, 256}) mixed_batch_then_decode({4, 4, 64}, chunk, dt, 3 * chunk + 5);
+    for (const int chunk : {16, 32, 64, 128, 256})
+      for (const auto form : {LightningPrefillForm::kTensorCores, LightningPrefillForm::kCudaCores})
+        mixed_batch_then_decode({4, 4, 64}, chunk, dt, 3 * chunk + 5, {form, 8});
+}
+
+TEST(Lightning, AutoTakesCudaCoresOnRowsTensorCoresCannotRead) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  // Odd row padding: rows are not 16-byte aligned, so kAuto runs the CUDA-core form (and must be right).
+  mixed_batch_then_decode({4, 4, 64}, 64, LightningStateDtype::kFp32, 200, {LightningPrefillForm::kAuto, 3});
+  mixed_batch_then_decode({8, 2, 128}, 32, LightningStateDtype::kBf16, 100, {LightningPrefillForm::kAuto, 3});
 }
 
 TEST(Lightning, GroupedKvHeadsAtHeadDim128) {
   KT_SKIP_WITHOUT_GPU("lightning attention kernels");
   for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
-    for (const int chunk : {32, 64, 256}) mixed_batch_then_decode({8, 2, 128}, chunk, dt, 2 * chunk + 70);
+    for (const int chunk : {32, 64, 256})
+      for (const auto form : {LightningPrefillForm::kTensorCores, LightningPrefillForm::kCudaCores})
+        mixed_batch_then_decode({8, 2, 128}, chunk, dt, 2 * chunk + 70, {form, 8});
 }
 
 TEST(Lightning, ReleaseShapeLongPrefillThenDecode) {
   KT_SKIP_WITHOUT_GPU("lightning attention kernels");
   // MiniCPM-SALA's lightning layers: 32 heads of 128, as many kv heads.
-  mixed_batch_then_decode({32, 32, 128}, 64, LightningStateDtype::kFp32, 700);
-  mixed_batch_then_decode({32, 32, 128}, 128, LightningStateDtype::kBf16, 700);
+  for (const auto form : {LightningPrefillForm::kAuto, LightningPrefillForm::kCudaCores}) {
+    mixed_batch_then_decode({32, 32, 128}, 64, LightningStateDtype::kFp32, 700, {form, 8});
+    mixed_batch_then_decode({32, 32, 128}, 128, LightningStateDtype::kBf16, 700, {form, 8});
+  }
 }
 
 TEST(Lightning, CanImplementNamesTheFieldAndItsValues) {
@@ -188,6 +218,13 @@ TEST(Lightning, CanImplementNamesTheFieldAndItsValues) {
   EXPECT_NE(lightning_can_implement(a).find("heads / kv_heads"), std::string::npos);
   a.kv_heads = 4, a.row_stride = 100;
   EXPECT_NE(lightning_can_implement(a).find("row_stride"), std::string::npos);
+  a.row_stride = 12 * 64 + 2, a.prefill_form = LightningPrefillForm::kTensorCores;
+  EXPECT_NE(lightning_can_implement(a).find("prefill_form: tensor_cores needs qkv 16-byte aligned and row_stride a "
+                                            "multiple of 8"),
+            std::string::npos);
+  a.prefill_form = LightningPrefillForm::kCudaCores;
+  EXPECT_EQ(lightning_can_implement(a), "");
+  a.prefill_form = LightningPrefillForm::kAuto;
   LightningQkArgs q;
   q.qkv = &dummy, q.positions = &dummy, q.heads = 4, q.kv_heads = 4, q.head_dim = 512, q.row_stride = 8 * 512;
   EXPECT_NE(lightning_qk_can_implement(q).find("head_dim: must be an even number in 2..256"), std::string::npos);

@@ -2,8 +2,9 @@
 // heads; one lightning layer per launch), beside the measured copy bandwidth. Not a test: prints a table.
 //   decode step, batch 1 / 8 / 64, fp32 and bf16 state: bytes = the states read + written (q/k/v and the
 //     output are 1% of it at d 128); GB/s against the copy measured here and the H200's 4.29 TB/s copy figure
-//   prefill of one 4k and one 60k prompt, chunk 64 / 128 / 256: FLOPs of the chunked form (causal Q K^T and
-//     A V: 2 C^2 d a chunk; Q S and the state update: 4 C d^2), TFLOP/s
+//   prefill of one 4k and one 60k prompt, chunk 64 / 128 / 256, the tensor-core and the CUDA-core form side by
+//     side on the same inputs: FLOPs of the chunked form (causal Q K^T and A V: 2 C^2 d a chunk; Q S and the
+//     state update: 4 C d^2), TFLOP/s, and the two forms' outputs' difference ||tc - cuda|| / ||cuda||
 //   q/k norm + RoPE and output norm + gate over a 4k prompt: bytes read + written, GB/s
 // CUDA-event timed, median of N launches after 3 warm-up ones.
 #include <cuda_runtime_api.h>
@@ -137,12 +138,16 @@ int main() {
 
   // ---- prefill ----
   std::printf("\nprefill of one prompt (one lightning layer, fp32 state, from position 0)\n");
-  std::printf("%7s %6s %10s %9s %9s\n", "tokens", "chunk", "ms", "GFLOP", "TFLOP/s");
+  std::printf("%7s %6s %9s %10s %8s %10s %8s %8s %10s\n", "tokens", "chunk", "GFLOP", "tc ms", "TFLOP/s", "cuda ms",
+              "TFLOP/s", "speedup", "rel diff");
   const int max_t = 60000;
   CK(cudaMalloc(&qkv, size_t(max_t) * width * 2));
   fill_bf16(qkv, size_t(max_t) * width, 1.f, 2);
   CK(cudaMalloc(&out, size_t(max_t) * heads * d * 4));
   CK(cudaMalloc(&state, size_t(heads) * d * d * 4));
+  float* out2;
+  CK(cudaMalloc(&out2, size_t(max_t) * heads * d * 4));
+  std::vector<float> h1, h2;
   for (int T : {4096, max_t})
     for (int chunk : {64, 128, 256}) {
       std::vector<int32_t> offs = {0, T}, starts = {0}, slots = {0};
@@ -152,14 +157,35 @@ int main() {
       a.state_dtype = LightningStateDtype::kFp32, a.slots = 1, a.q_offsets = doffs, a.start_pos = dstarts;
       a.seq_slots = dslots, a.log_decay = dg, a.scale = 1.f / std::sqrt(float(d)), a.batch = 1, a.max_tokens = T;
       a.chunk = chunk, a.heads = heads, a.kv_heads = kv_heads, a.head_dim = d;
+      a.prefill_form = LightningPrefillForm::kTensorCores;
+      if (!lightning_can_implement(a).empty()) {
+        std::printf("cannot run: %s\n", lightning_can_implement(a).c_str());
+        return 1;
+      }
       const float ms = median_ms([&] { CK(lightning_run(a, nullptr)); }, T > 10000 ? 5 : 20);
+      LightningArgs b = a;
+      b.prefill_form = LightningPrefillForm::kCudaCores, b.out = out2;
+      const float ms_cuda = median_ms([&] { CK(lightning_run(b, nullptr)); }, T > 10000 ? 3 : 20);
+      // Both forms from position 0 (the state is reset): the outputs of the last runs, compared.
+      const size_t n_out = size_t(T) * heads * d;
+      h1.resize(n_out), h2.resize(n_out);
+      CK(cudaMemcpy(h1.data(), out, n_out * 4, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(h2.data(), out2, n_out * 4, cudaMemcpyDeviceToHost));
+      double num = 0, den = 0, worst = 0;
+      for (size_t i = 0; i < n_out; ++i) {
+        const double e = double(h1[i]) - h2[i];
+        num += e * e, den += double(h2[i]) * h2[i];
+        worst = std::max(worst, std::fabs(e));
+      }
       double flops = 0;
       for (int c0 = 0; c0 < T; c0 += chunk) {
         const double C = std::min(chunk, T - c0);
         flops += 2.0 * C * C * d + 4.0 * C * d * d;
       }
       flops *= heads;
-      std::printf("%7d %6d %10.3f %9.1f %9.2f\n", T, chunk, ms, flops / 1e9, flops / (ms * 1e-3) / 1e12);
+      std::printf("%7d %6d %9.1f %10.3f %8.2f %10.3f %8.2f %7.2fx %10.2e\n", T, chunk, flops / 1e9, ms,
+                  flops / (ms * 1e-3) / 1e12, ms_cuda, flops / (ms_cuda * 1e-3) / 1e12, ms_cuda / ms,
+                  den > 0 ? std::sqrt(num / den) : worst);
       CK(cudaFree(doffs));
       CK(cudaFree(dstarts));
       CK(cudaFree(dslots));
@@ -193,6 +219,7 @@ int main() {
     CK(cudaFree(dgamma));
     CK(cudaFree(gout));
   }
+  CK(cudaFree(out2));
   CK(cudaFree(qkv));
   CK(cudaFree(out));
   CK(cudaFree(state));
