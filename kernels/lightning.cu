@@ -269,8 +269,9 @@ __global__ void __launch_bounds__(kChunkThreads) lightning_chunk_kernel(const Li
 // fp32 sums' own error at these lengths. Registers hold the state: warp w owns rows 16 (w % (D/16)) .. + 15 of
 // the CTA's 32 columns (all 4 column tiles at d 128, 2 of them at d 64) in the mma accumulator layout, and
 // publishes it as transposed bf16 hi / lo tiles in shared memory after each chunk, from which every warp reads
-// Q S's B fragments. Per chunk (tokens padded to 16, zeros past the sequence): K rows and V^T to shared memory;
-// each warp takes 16-row query blocks (b and, in a second round, from the top down, balancing the causal work):
+// Q S's B fragments. Per chunk (tokens padded to 16, zeros past the sequence): K rows and V rows arrive in
+// shared memory by cp.async, issued one chunk ahead into the other of two buffers (so a chunk's loads overlap
+// the previous chunk's math), and V is transposed to V^T there; each warp takes 16-row query blocks (b and, in a second round, from the top down, balancing the causal work):
 // o = exp((i + 1) g) q_i S + sum over key blocks at or before it of (Q K^T * decay, masked) V, the scores
 // staying in registers (their accumulator layout is the A operand's); then each warp its state tiles:
 // S = exp(C g) S + K^T (w v), w_j = exp((C - 1 - j) g).
@@ -282,11 +283,22 @@ constexpr int kVtStride = kMaxChunk + 8;  // V^T rows, bf16: 132 words, a row of
 
 template <int D>
 constexpr size_t mma_smem_bytes() {
-  return 2 * (size_t(kMaxChunk) * (D + 8)     // K [chunk][D + 8]
-              + size_t(kCols) * kVtStride     // V^T [32][chunk + 8]
-              + 2 * size_t(kCols) * (D + 8))  // S^T hi, lo [32][D + 8]
-         + 4 * size_t(kMaxChunk + 1);         // exp(m g)
+  return 2 * (2 * size_t(kMaxChunk) * (D + 8)    // K [2][chunk][D + 8]
+              + 2 * size_t(kMaxChunk) * kCols    // V [2][chunk][32]
+              + size_t(kCols) * kVtStride        // V^T [32][chunk + 8]
+              + 2 * size_t(kCols) * (D + 8))     // S^T hi, lo [32][D + 8]
+         + 4 * size_t(kMaxChunk + 1);            // exp(m g)
 }
+static_assert(mma_smem_bytes<128>() <= 227 * 1024, "the tensor-core prefill's shared memory exceeds the sm_90 limit");
+
+// 16-byte global -> shared copy that bypasses registers.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most one of this thread's committed groups is still in flight.
+__device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -318,8 +330,9 @@ __global__ void __launch_bounds__(kMmaThreads) lightning_chunk_mma_kernel(const 
   constexpr int kNT = kCols / 8 * kMB / kMmaWarps;    // column tiles of 8 per warp: 4 at d 128, 2 at d 64
   constexpr int kKS = D / 16;                         // k steps over head_dim
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kMaxChunk][kKStride]
-  __nv_bfloat16* sVt = sK + kMaxChunk * kKStride;                     // [kCols][kVtStride]
+  __nv_bfloat16* sKbuf = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [2][kMaxChunk][kKStride]
+  __nv_bfloat16* sVbuf = sKbuf + 2 * kMaxChunk * kKStride;              // [2][kMaxChunk][kCols]
+  __nv_bfloat16* sVt = sVbuf + 2 * kMaxChunk * kCols;                   // [kCols][kVtStride]
   __nv_bfloat16* sShi = sVt + kCols * kVtStride;                      // [kCols][kStStride]: S^T, hi
   __nv_bfloat16* sSlo = sShi + kCols * kStStride;                     // lo
   float* pw = reinterpret_cast<float*>(sSlo + kCols * kStStride);     // [chunk + 1]
@@ -363,22 +376,37 @@ __global__ void __launch_bounds__(kMmaThreads) lightning_chunk_mma_kernel(const 
   float* out = a.out + int64_t(t0) * a.heads * D + q_col + c0;
   const int64_t out_stride = int64_t(a.heads) * D;
 
-  for (int cs = 0; cs < n; cs += a.chunk) {
-    const int C = min(a.chunk, n - cs), nb = (C + 15) / 16;
-    __syncthreads();  // the previous chunk's readers of K and V^T are done; pw and S^T are visible
-    for (int idx = tid; idx < nb * 16 * (D / 8); idx += kMmaThreads) {
+  // Chunk [cs, cs + C)'s K and V rows into buffer b: cp.async for the sequence's rows, zeros up to 16 nb rows.
+  auto issue_chunk = [&](int cs, int b) {
+    const int C = min(a.chunk, n - cs), rows = (C + 15) / 16 * 16;
+    __nv_bfloat16* dK = sKbuf + b * kMaxChunk * kKStride;
+    __nv_bfloat16* dV = sVbuf + b * kMaxChunk * kCols;
+    for (int idx = tid; idx < rows * (D / 8); idx += kMmaThreads) {
       const int r = idx / (D / 8), v = idx % (D / 8);
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (r < C) x = *reinterpret_cast<const uint4*>(qkv + int64_t(t0 + cs + r) * a.row_stride + k_col + v * 8);
-      *reinterpret_cast<uint4*>(sK + r * kKStride + v * 8) = x;
+      if (r < C) cp_async16(dK + r * kKStride + v * 8, qkv + int64_t(t0 + cs + r) * a.row_stride + k_col + v * 8);
+      else *reinterpret_cast<uint4*>(dK + r * kKStride + v * 8) = make_uint4(0, 0, 0, 0);
     }
-    for (int idx = tid; idx < nb * 16 * (kCols / 8); idx += kMmaThreads) {
+    for (int idx = tid; idx < rows * (kCols / 8); idx += kMmaThreads) {
       const int r = idx / (kCols / 8), v = idx % (kCols / 8);
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (r < C) x = *reinterpret_cast<const uint4*>(qkv + int64_t(t0 + cs + r) * a.row_stride + v_col + v * 8);
-      const __nv_bfloat16* e8 = reinterpret_cast<const __nv_bfloat16*>(&x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sVt[(v * 8 + e) * kVtStride + r] = e8[e];
+      if (r < C) cp_async16(dV + r * kCols + v * 8, qkv + int64_t(t0 + cs + r) * a.row_stride + v_col + v * 8);
+      else *reinterpret_cast<uint4*>(dV + r * kCols + v * 8) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  issue_chunk(0, 0);
+  cp_async_commit();
+
+  for (int cs = 0, it = 0; cs < n; cs += a.chunk, ++it) {
+    const int C = min(a.chunk, n - cs), nb = (C + 15) / 16;
+    const __nv_bfloat16* sK = sKbuf + (it & 1) * kMaxChunk * kKStride;
+    const __nv_bfloat16* sV = sVbuf + (it & 1) * kMaxChunk * kCols;
+    __syncthreads();  // the previous chunk's readers of its buffers and V^T are done; pw and S^T are visible
+    if (cs + a.chunk < n) issue_chunk(cs + a.chunk, (it + 1) & 1);
+    cp_async_commit();  // (possibly empty: the wait below then still leaves only the next chunk in flight)
+    cp_async_wait_all_but_one();
+    __syncthreads();  // every thread's copies of this chunk have landed
+    for (int idx = tid; idx < nb * 16 * kCols; idx += kMmaThreads) {
+      const int r = idx / kCols, c = idx % kCols;
+      sVt[c * kVtStride + r] = sV[idx];
     }
     __syncthreads();
 
