@@ -324,7 +324,7 @@ __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi
 }
 
 template <int D, typename StateT>
-__global__ void __launch_bounds__(kMmaThreads) lightning_chunk_mma_kernel(const LightningArgs a) {
+__global__ void __launch_bounds__(kMmaThreads, 1) lightning_chunk_mma_kernel(const LightningArgs a) {
   constexpr int kKStride = D + 8, kStStride = D + 8;  // bf16; 4 banks between rows g and g + 1
   constexpr int kMB = D / 16;                         // 16-row state blocks
   constexpr int kNT = kCols / 8 * kMB / kMmaWarps;    // column tiles of 8 per warp: 4 at d 128, 2 at d 64
