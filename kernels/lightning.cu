@@ -424,29 +424,38 @@ __global__ void __launch_bounds__(kMmaThreads, 1) lightning_chunk_mma_kernel(con
         qf[ks][2] = r0 < C ? ld_u32(q0 + ks * 16 + 8) : 0u;
         qf[ks][3] = r1 < C ? ld_u32(q1 + ks * 16 + 8) : 0u;
       }
-      float o[kCols / 8][4] = {};
-      // Inter-chunk: Q S (S as before the chunk), S in hi + lo.
+      float o[kCols / 8][4] = {}, o_lo[kCols / 8][4] = {};
+      // Inter-chunk: Q S (S as before the chunk), S in hi + lo (their products in separate chains).
 #pragma unroll
       for (int ks = 0; ks < kKS; ++ks)
 #pragma unroll
         for (int nt = 0; nt < kCols / 8; ++nt) {
           const int off = (nt * 8 + g) * kStStride + ks * 16 + 2 * t;
           mma_bf16(o[nt], qf[ks], ld_u32(sShi + off), ld_u32(sShi + off + 8));
-          mma_bf16(o[nt], qf[ks], ld_u32(sSlo + off), ld_u32(sSlo + off + 8));
+          mma_bf16(o_lo[nt], qf[ks], ld_u32(sSlo + off), ld_u32(sSlo + off + 8));
         }
       const float w0 = pw[r0 + 1], w1 = pw[r1 + 1];  // r1 + 1 <= 16 nb <= chunk
 #pragma unroll
-      for (int nt = 0; nt < kCols / 8; ++nt) o[nt][0] *= w0, o[nt][1] *= w0, o[nt][2] *= w1, o[nt][3] *= w1;
+      for (int nt = 0; nt < kCols / 8; ++nt) {
+        o[nt][0] = w0 * (o[nt][0] + o_lo[nt][0]), o[nt][1] = w0 * (o[nt][1] + o_lo[nt][1]);
+        o[nt][2] = w1 * (o[nt][2] + o_lo[nt][2]), o[nt][3] = w1 * (o[nt][3] + o_lo[nt][3]);
+      }
       // Intra-chunk: per key block kb <= qb, P = Q K^T (two 8-key halves), decayed and masked, then P V.
       for (int kb = 0; kb <= qb; ++kb) {
-        float p[2][4] = {};
+        // Even and odd k steps into separate accumulators: four independent mma chains, not two.
+        float p2[2][2][4] = {};
 #pragma unroll
         for (int ks = 0; ks < kKS; ++ks)
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
             const __nv_bfloat16* kr = sK + (kb * 16 + hf * 8 + g) * kKStride + ks * 16 + 2 * t;
-            mma_bf16(p[hf], qf[ks], ld_u32(kr), ld_u32(kr + 8));
+            mma_bf16(p2[hf][ks % 2], qf[ks], ld_u32(kr), ld_u32(kr + 8));
           }
+        float p[2][4];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p[hf][e] = p2[hf][0][e] + p2[hf][1][e];
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
@@ -485,6 +494,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1) lightning_chunk_mma_kernel(con
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st[j][e] *= wc;
+    float st_lo[kNT][4] = {};  // the lo products' own chains
     for (int ks = 0; ks < nb; ++ks) {
       const int j0 = ks * 16 + 2 * t;  // keys j0, j0 + 1, j0 + 8, j0 + 9
       const __nv_bfloat16* kc = sK + j0 * kKStride + mb * 16 + g;
@@ -508,13 +518,13 @@ __global__ void __launch_bounds__(kMmaThreads, 1) lightning_chunk_mma_kernel(con
         split_bf16x2(w[0] * v01.x, w[1] * v01.y, &bhi[0], &blo[0]);
         split_bf16x2(w[2] * v89.x, w[3] * v89.y, &bhi[1], &blo[1]);
         mma_bf16(st[jt], af, bhi[0], bhi[1]);
-        mma_bf16(st[jt], af, blo[0], blo[1]);
+        mma_bf16(st_lo[jt], af, blo[0], blo[1]);
       }
     }
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) st[j][e] = stored_value(StateT{}, st[j][e]);
+      for (int e = 0; e < 4; ++e) st[j][e] = stored_value(StateT{}, st[j][e] + st_lo[j][e]);
     __syncthreads();  // every warp's Q S read of the old S^T is done
     publish_state();
   }
