@@ -11,8 +11,8 @@
 #       --with-sala-gz adds the shared tiny-sala model (MiniCPM-SALA, 19 MB as a gzip tarball) for the `sala` step.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: sala, sala_bench, timing, decode, ncu_decode, ncu_gemv, sass,
-#       tables, job8b, sala_job) and writes
+#       tests sanitizer model bench peer e2e; also: sala, sala_bench, timing, lightning, decode, ncu_decode, ncu_gemv,
+#       sass, tables, job8b, sala_job) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
@@ -179,6 +179,22 @@ if want timing; then
     timeout 200 "$bin/$t" >"$OUT/$t.txt" 2>&1
     note "$t: rc=$? ($OUT/$t.txt)"
   done
+fi
+
+# Lightning attention (MiniCPM-SALA): its GPU tests against the CPU twins, then its timing program
+# (tests/kernels/lightning_timing.cu, the release shape: decode batch 1 / 8 / 64, prefill of 4k and 60k tokens).
+if want lightning; then
+  timeout 200 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='Lightning*:OutputGate*' \
+    >"$OUT/lightning_tests.log" 2>&1
+  note "lightning tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/lightning_tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure|error|Expected|Which is|normalized|output of|state of' "$OUT/lightning_tests.log" | head -30 | tee -a "$summary"
+  if [[ -x "$bin/lightning_timing" ]]; then
+    timeout 240 "$bin/lightning_timing" >"$OUT/lightning_timing.txt" 2>&1
+    note "lightning_timing: rc=$? ($OUT/lightning_timing.txt)"
+    tee -a "$summary" <"$OUT/lightning_timing.txt"
+  else
+    note "lightning_timing: not in the bundle (BUNDLE_EXES)"
+  fi
 fi
 
 # Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)
