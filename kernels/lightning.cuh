@@ -33,6 +33,11 @@ namespace soartune::kernels {
 
 enum class LightningStateDtype : int { kFp32 = 0, kBf16 = 1 };
 
+// The chunked prefill's two forms: chunk GEMMs on tensor cores (mma.sync m16n8k16 bf16 -> fp32, fp32 operands
+// split into bf16 hi + lo), or fp32 FMAs on CUDA cores. kAuto takes tensor cores where they can run (qkv 16-byte
+// aligned, row_stride a multiple of 8), else CUDA cores; the others force one (tests, lightning_timing).
+enum class LightningPrefillForm : int { kAuto = 0, kTensorCores = 1, kCudaCores = 2 };
+
 inline constexpr int lightning_state_bytes(LightningStateDtype t) { return t == LightningStateDtype::kFp32 ? 4 : 2; }
 
 struct LightningQkArgs {
@@ -64,6 +69,7 @@ struct LightningArgs {
   int chunk = 64;
   int heads = 0, kv_heads = 0, head_dim = 0;
   void* workspace = nullptr;           // lightning_workspace_bytes(...) bytes, or null when that is 0
+  LightningPrefillForm prefill_form = LightningPrefillForm::kAuto;
 };
 
 struct OutputGateArgs {

@@ -84,12 +84,13 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) 
   }
 }
 
-__global__ void embedding_kernel(const int32_t* tokens, const __nv_bfloat16* table, float* residual, int d) {
+__global__ void embedding_kernel(const int32_t* tokens, const __nv_bfloat16* table, float* residual, int d,
+                                 float scale) {
   pdl_wait();
   pdl_launch_dependents();
   const int i = blockIdx.x;
   const __nv_bfloat16* row = table + int64_t(tokens[i]) * d;
-  for (int c = threadIdx.x; c < d; c += blockDim.x) residual[int64_t(i) * d + c] = __bfloat162float(row[c]);
+  for (int c = threadIdx.x; c < d; c += blockDim.x) residual[int64_t(i) * d + c] = __bfloat162float(row[c]) * scale;
 }
 
 }  // namespace
@@ -107,9 +108,10 @@ cudaError_t rmsnorm_residual_run(const RmsNormArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t embedding_gather_run(const int32_t* tokens, const void* table_bf16, float* residual, int rows, int d,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, float scale) {
   if (rows == 0) return cudaSuccess;
-  return launch(embedding_kernel, rows, 256, 0, stream, tokens, static_cast<const __nv_bfloat16*>(table_bf16), residual, d);
+  return launch(embedding_kernel, rows, 256, 0, stream, tokens, static_cast<const __nv_bfloat16*>(table_bf16), residual, d,
+                scale);
 }
 
 }  // namespace soartune::kernels

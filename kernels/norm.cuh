@@ -6,7 +6,8 @@
 // residual fp32 [*][d], gamma fp32 [d], out bf16 [rows][d]. d % 4 == 0.
 // Bytes per call: rows * d * (4 read + 4 written when add + 4 add + 2 out) + d * 4. FLOPs: ~4 * rows * d.
 //
-// embedding_gather: residual[i][:] = fp32(table[tokens[i]][:]); table bf16 [vocab][d].
+// embedding_gather: residual[i][:] = fp32(table[tokens[i]][:]) * scale; table bf16 [vocab][d]. (scale: the muP
+// embedding scale of MiniCPM models, applied in fp32 as the reference applies it; 1 for Llama.)
 // Bytes per call: rows * d * (2 + 4).
 #pragma once
 
@@ -32,6 +33,6 @@ std::string rmsnorm_can_implement(const RmsNormArgs& args);
 cudaError_t rmsnorm_residual_run(const RmsNormArgs& args, cudaStream_t stream);
 
 cudaError_t embedding_gather_run(const int32_t* tokens, const void* table_bf16, float* residual, int rows,
-                                 int d, cudaStream_t stream);
+                                 int d, cudaStream_t stream, float scale = 1.f);
 
 }  // namespace soartune::kernels

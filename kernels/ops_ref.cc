@@ -18,7 +18,8 @@ void rmsnorm_residual_ref(float* residual, const float* add, const float* gamma,
   }
 }
 
-void rope_ref(float* row, int n_heads, int n_kv_heads, int hd, int pos, float theta) {
+void rope_ref(float* row, int n_heads, int n_kv_heads, int hd, int pos, float theta, bool rotate) {
+  if (!rotate) return;
   const int half = hd / 2;
   for (int h = 0; h < n_heads + n_kv_heads; ++h) {
     float* x = row + h * hd;

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
   const __nv_bfloat16* row_b = static_cast<const __nv_bfloat16*>(a.qkv) + int64_t(i) * stride;
   auto in = [&](int c) { return a.qkv_bf16 ? __bfloat162float(row_b[c]) : row_f[c]; };
   const float pos = float(a.positions[i]);
-  if (h0 < a.n_heads + a.n_kv_heads) {  // this group rotates something
+  if (a.rotate && h0 < a.n_heads + a.n_kv_heads) {  // this group rotates something
     for (int j = threadIdx.x; j < half; j += kThreads) {
       const float inv_freq = powf(a.rope_theta, -2.f * float(j) / float(hd));
       sincosf(pos * inv_freq, &cs[half + j], &cs[j]);
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
       store_kv(a.v_cache, off + j + half, x2, a.kv_dtype, a.v_scale);
       return;
     }
-    const float c = cs[j], s = cs[half + j];
+    const float c = a.rotate ? cs[j] : 1.f, s = a.rotate ? cs[half + j] : 0.f;
     const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
     if (head < a.n_heads) {
       __nv_bfloat16* q = static_cast<__nv_bfloat16*>(a.q_out) + int64_t(i) * q_dim + base;

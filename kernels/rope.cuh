@@ -1,5 +1,6 @@
 // RoPE (half-split rotation, HF rotate_half) on q and k, fused with the write of k and v into the paged KV
-// cache in its dtype (kernels/attention_paged.h layout).
+// cache in its dtype (kernels/attention_paged.h layout). With rotate false (NoPE: MiniCPM-SALA's softmax layers)
+// q and k pass unrotated; the copy of q and the cache write stay the same.
 //
 // qkv    fp32 (or bf16 when qkv_bf16) [T][q_dim + 2 * kv_dim] (q | k | v, as the fused qkv projection writes
 //        it), row i at qkv + i * qkv_stride
@@ -33,6 +34,7 @@ struct RopeKvArgs {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0;
   KvCacheDtype kv_dtype = KvCacheDtype::kBf16;
   float rope_theta = 10000.f;
+  bool rotate = true;                  // false: NoPE, q and k written as they come
   float k_scale = 1.f, v_scale = 1.f;
 };
 

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Everything the CUDA area checks and measures on a lent GPU, in one call.
 #
-#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz | --with-model-xz] [--xz]
+#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz | --with-model-xz] [--xz] [--with-sala-gz]
 #       (on the build machine) copies the executables of BUILD_DIR (default build-cuda) and their non-system
 #       shared libraries into .device/ (ignored by git), stripped; --with-model also copies the shared tiny
 #       model there for the whole-model test (--with-model-gz as a gzip tarball, 37 instead of 46 MB,
 #       --with-model-xz as an xz one, 33 MB; unpacked by `run`: the device call carries 64 MiB in all). --xz packs
 #       the executables and libraries into one xz tarball too (the daemon's, the worker's and the kernels'
 #       libraries: about 48 MB as files, 20 MB packed), for calls that need the daemon and the model together.
+#       --with-sala-gz adds the shared tiny-sala model (MiniCPM-SALA, 19 MB as a gzip tarball) for the `sala` step.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: timing, sparse, decode, ncu_decode, ncu_gemv, sass, tables, job8b) and writes
+#       tests sanitizer model bench peer e2e; also: sala, sala_bench, timing, lightning, sparse, decode, ncu_decode,
+#       ncu_gemv, sass, tables, job8b, sala_job) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
@@ -24,12 +26,14 @@ if [[ "$mode" == "bundle" ]]; then
   build="$here/build-cuda"
   with_model=0
   pack=0
+  with_sala=0
   for a in "$@"; do
     case "$a" in
       --with-model) with_model=1 ;;
       --with-model-gz) with_model=2 ;;
       --with-model-xz) with_model=3 ;;
       --xz) pack=1 ;;
+      --with-sala-gz) with_sala=1 ;;
       *) build="$a" ;;
     esac
   done
@@ -65,6 +69,9 @@ if [[ "$mode" == "bundle" ]]; then
   elif [[ $with_model -eq 3 ]]; then
     tar cf - -C "$here/../shared/models" tiny-llama-bpe4k | xz -T2 -6 >"$bundle/tiny-llama-bpe4k.txz"
   fi
+  if [[ $with_sala -eq 1 ]]; then
+    tar cf - -C "$here/../shared/models" tiny-sala | gzip -1 >"$bundle/tiny-sala.tgz"
+  fi
   if [[ $pack -eq 1 ]]; then
     tar cf - -C "$bundle" bin lib | xz -T2 -6 >"$bundle/exes.txz" && rm -rf "$bundle/bin" "$bundle/lib"
   fi
@@ -78,6 +85,9 @@ OUT="${OUT:-/tmp/soartune-device-out}"
 mkdir -p "$OUT"
 if [[ -f "$bundle/tiny-llama-bpe4k.tgz" && ! -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
   mkdir -p "$bundle/shared/models" && tar xzf "$bundle/tiny-llama-bpe4k.tgz" -C "$bundle/shared/models"
+fi
+if [[ -f "$bundle/tiny-sala.tgz" && ! -d "$bundle/shared/models/tiny-sala" ]]; then
+  mkdir -p "$bundle/shared/models" && tar xzf "$bundle/tiny-sala.tgz" -C "$bundle/shared/models"
 fi
 if [[ -f "$bundle/tiny-llama-bpe4k.txz" && ! -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
   mkdir -p "$bundle/shared/models" && tar xJf "$bundle/tiny-llama-bpe4k.txz" -C "$bundle/shared/models"
@@ -124,6 +134,32 @@ if want model; then
   fi
 fi
 
+# MiniCPM-SALA on the CUDA engine: the tiny-sala tests (tests/kernels/cuda_sala_gpu_test.cc) against the
+# model's fp32 reference outputs.
+if want sala; then
+  # The RoPE + KV write kernel's NoPE form (the softmax layers') against its twin first.
+  timeout 60 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='RopeKvWrite.*' >"$OUT/sala_rope.log" 2>&1
+  note "rope/NoPE kernel test (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/sala_rope.log" | tr '\n' ' ')"
+  if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
+    SOARTUNE_SHARED_DIR="$bundle/shared" timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+      --gtest_filter='CudaSala.*' >"$OUT/sala_tests.log" 2>&1
+    rc=$?
+    note "sala tests (gpu, tiny-sala): rc=$rc"
+    grep -E 'tiny-sala|^\[  (PASSED|FAILED)|^\[  FAILED|Failure|Expected|Which is|diverges' "$OUT/sala_tests.log" | head -40 | tee -a "$summary"
+  else
+    note "sala tests: skipped (bundle made without --with-sala-gz)"
+  fi
+fi
+
+# synthetic:minicpm-sala-9b beside synthetic:llama3-8b, one invocation (soartune-bench --only sala): decode
+# batch 1 / 8 / 64 (bf16, int4 g128) and 4k / 60k prefill against the H200's datasheet rooflines.
+if want sala_bench; then
+  timeout 330 "$bin/soartune-bench" --only sala --reps "${SALA_REPS:-10}" ${SALA_ARGS:-} \
+    --json "$OUT/sala_bench.jsonl" >"$OUT/sala_bench.txt" 2>&1
+  note "soartune-bench --only sala: rc=$?"
+  grep -E '^(sala|llama)_|^device|error|failed' "$OUT/sala_bench.txt" | tee -a "$summary"
+fi
+
 if want bench; then
   # BENCH_ONLY narrows it to one part (decode, prefill, long, variants), to fit a call's time.
   timeout 300 "$bin/soartune-bench" --only "${BENCH_ONLY:-all}" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
@@ -156,6 +192,24 @@ if want sparse; then
     timeout 240 "$bin/sparse_attention_timing" >"$OUT/sparse_attention_timing.txt" 2>&1
     note "sparse_attention_timing: rc=$? ($OUT/sparse_attention_timing.txt)"
     tee -a "$summary" <"$OUT/sparse_attention_timing.txt"
+  else
+    note "sparse_attention_timing: not in the bundle (BUNDLE_EXES)"
+  fi
+fi
+
+# Lightning attention (MiniCPM-SALA): its GPU tests against the CPU twins, then its timing program
+# (tests/kernels/lightning_timing.cu, the release shape: decode batch 1 / 8 / 64, prefill of 4k and 60k tokens).
+if want lightning; then
+  timeout 200 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='Lightning*:OutputGate*' \
+    >"$OUT/lightning_tests.log" 2>&1
+  note "lightning tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/lightning_tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure|error|Expected|Which is|normalized|output of|state of' "$OUT/lightning_tests.log" | head -30 | tee -a "$summary"
+  if [[ -x "$bin/lightning_timing" ]]; then
+    timeout 240 "$bin/lightning_timing" >"$OUT/lightning_timing.txt" 2>&1
+    note "lightning_timing: rc=$? ($OUT/lightning_timing.txt)"
+    tee -a "$summary" <"$OUT/lightning_timing.txt"
+  else
+    note "lightning_timing: not in the bundle (BUNDLE_EXES)"
   fi
 fi
 
@@ -398,6 +452,62 @@ PY
     wait "$dpid" 2>/dev/null
   } >"$OUT/job8b.log" 2>&1
   note "job8b: $(grep -E 'job wall time|watch rc' "$OUT/job8b.log" | tr '\n' ' ') $(grep -c 'CLEARS THE GATE' "$OUT/job8b.log") quantised full runs clear the gate"
+fi
+
+# MiniCPM-SALA through soartuned (issue 18): configs/jobs/h200-minicpm-sala-9b.yaml (the release's shape with
+# synthetic weights, proxy accuracy on the bundled tiny-sala: bundle with --with-sala-gz), the daemon run from
+# .device/run as in job8b. Writes the CLI's views, the best trial's export as a trial file
+# (sala_job_export.yaml), SGLang flags (sala_job_sglang_args.txt) and env script (sala_job_prepare_env.sh), and
+# checks that the job SUCCEEDED and that the export carries the SALA knobs. SALA_JOB_SPEC submits another job
+# file (e.g. the same job on the CPU backend and synthetic:tiny-sala, to check the step without a GPU).
+if want sala_job; then
+  {
+    work="$(mktemp -d)"
+    port=52000 ; port=$((port + RANDOM % 1000))
+    mkdir -p "$bundle/run"
+    cat >"$work/daemon.yaml" <<YAML
+listen: 127.0.0.1:$port
+database: $work/soartune.db
+worker: $bin/soartune-worker
+parallel_trials: 1
+devices: [cuda:0]
+work_dir: $work/trials
+data_roots: [$bundle, $here/configs]
+log_level: info
+YAML
+    (cd "$bundle/run" && exec "$bin/soartuned" --config "$work/daemon.yaml") >"$OUT/sala_job_daemon.log" 2>&1 &
+    dpid=$!
+    sleep 2
+    cli() { timeout 30 "$bin/soartune" --addr 127.0.0.1:$port "$@"; }
+    t0=$(date +%s.%N)
+    job="$(cli submit "${SALA_JOB_SPEC:-$here/configs/jobs/h200-minicpm-sala-9b.yaml}" 2>&1 | tail -1)"
+    echo "submitted: $job"
+    timeout "${SALA_JOB_TIMEOUT:-230}" "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -30
+    echo "watch rc=${PIPESTATUS[0]}"
+    echo "job wall time: $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+    echo "== status"; cli status "$job"
+    echo "== trials"; cli trials "$job"
+    cli trials "$job" --json >"$OUT/sala_job_trials.json"
+    echo "== best"; cli best "$job"
+    n=$(python3 -c "import json; print(len(json.load(open('$OUT/sala_job_trials.json'))['trials']))" 2>/dev/null || echo 0)
+    for ((t = 0; t < n; ++t)); do echo "== show $t"; cli show "$job" "$t"; done
+    echo "== export (best): yaml, sglang-args, env-script"
+    cli export "$job" -o "$OUT/sala_job_export.yaml"
+    cli export "$job" --format sglang-args -o "$OUT/sala_job_sglang_args.txt"
+    cli export "$job" --format env-script -o "$OUT/sala_job_prepare_env.sh"
+    cat "$OUT/sala_job_export.yaml" "$OUT/sala_job_sglang_args.txt"
+    echo "== checks"
+    if cli status "$job" | grep -qE 'state +SUCCEEDED'; then echo "job state: SUCCEEDED"; else echo "job state: NOT SUCCEEDED"; fi
+    missing=""
+    for k in lightning_state_dtype lightning_chunk softmax_attn_bits lightning_attn_bits mlp_bits kv_cache_dtype \
+      max_running_requests sparse_attention; do
+      grep -qE "^  $k: " "$OUT/sala_job_export.yaml" 2>/dev/null || missing="$missing $k"
+    done
+    echo "export knobs: ${missing:+MISSING$missing}${missing:-all SALA knobs present}"
+    kill "$dpid" 2>/dev/null
+    wait "$dpid" 2>/dev/null
+  } >"$OUT/sala_job.log" 2>&1
+  note "sala_job: $(grep -E '^job wall time|^watch rc|^job state|^export knobs|SUCCEEDED \(|FAILED' "$OUT/sala_job.log" | tr '\n' ' ')"
 fi
 
 # The summary table, last.

@@ -4,6 +4,9 @@
 //   decode ms/step at batch 1 and 8 for each weight format (and KV dtype), 4k-token prefill, decode at 32k
 //   context with bf16 vs fp8 KV, each GEMV variant on the layer shapes, and (--only linear) the two ways
 //   to multiply m rows by a layer's weights side by side: the fused-dequantisation GEMV and the GEMM.
+//   --only sala: synthetic:minicpm-sala-9b (decode at batch 1, 8, 64 with bf16 and int4 g128 weights, prefill
+//   of 4k and 60k tokens) beside synthetic:llama3-8b (the same decode, 4k prefill), against the H200's
+//   datasheet rooflines (bench_sala below).
 // Output: a table on stdout, and one JSON object per row to --json (for scripts/device-run.sh).
 #include <CLI/CLI.hpp>
 #include <cublas_v2.h>
@@ -129,6 +132,7 @@ struct Row {
   double ms = 0, roofline_ms = 0, bytes = 0, flops = 0;
   double graph_ms = 0;  // decode: device time of one graph replay, back to back (no host copies or sync)
   std::string bound;
+  std::string detail;   // what the bytes or FLOPs are made of (bench_sala)
 };
 
 std::vector<Row> g_rows;
@@ -138,15 +142,16 @@ void emit(const Row& r) {
   g_rows.push_back(r);
   char graph[32] = "";
   if (r.graph_ms > 0) std::snprintf(graph, sizeof graph, "  graph %.3f", r.graph_ms);
-  std::printf("%-10s %-8s %-9s %5d %6d %10.3f %10.3f %7.2fx %s%s\n", r.what.c_str(), r.weights.c_str(), r.kv.c_str(),
-              r.batch, r.context, r.ms, r.roofline_ms, r.ms / r.roofline_ms, r.bound.c_str(), graph);
+  std::printf("%-10s %-8s %-9s %5d %6d %10.3f %10.3f %7.2fx %s%s%s%s\n", r.what.c_str(), r.weights.c_str(), r.kv.c_str(),
+              r.batch, r.context, r.ms, r.roofline_ms, r.ms / r.roofline_ms, r.bound.c_str(), graph,
+              r.detail.empty() ? "" : "  ", r.detail.c_str());
   std::fflush(stdout);
   if (!g_json_path.empty()) {
     std::ofstream f(g_json_path, std::ios::app);
     f << "{\"what\":\"" << r.what << "\",\"weights\":\"" << r.weights << "\",\"kv\":\"" << r.kv
       << "\",\"batch\":" << r.batch << ",\"context\":" << r.context << ",\"ms\":" << r.ms
       << ",\"roofline_ms\":" << r.roofline_ms << ",\"bytes\":" << r.bytes  << ",\"flops\":" << r.flops
-      << ",\"graph_ms\":" << r.graph_ms << ",\"bound\":\"" << r.bound << "\"}\n";
+      << ",\"graph_ms\":" << r.graph_ms << ",\"bound\":\"" << r.bound << "\",\"detail\":\"" << r.detail << "\"}\n";
   }
 }
 
@@ -350,6 +355,116 @@ double time_prefill(st::engine::cuda::CudaModel& m, int len, int reps, const std
   return median(t);
 }
 
+
+// The H200's datasheet rates (SXM, 141 GB HBM3e: 4.8 TB/s; the 4.29e12 B/s a stream copy reaches, and the
+// 790 TFLOP/s dense bf16 that cuBLAS sustains on large GEMMs), fixed so that rows of different calls compare.
+constexpr double kH200Bandwidth = 4.29e12;  // B/s
+constexpr double kH200Bf16Flops = 790e12;   // FLOP/s
+
+Row roofline_h200(Row r) {
+  const double tb = r.bytes / kH200Bandwidth * 1e3, tf = r.flops / kH200Bf16Flops * 1e3;
+  r.roofline_ms = std::max(tb, tf);
+  r.bound = tb >= tf ? "memory" : "compute";
+  return r;
+}
+
+// Multiply-adds of one token through every linear layer (lm_head apart), whatever the layer mix: the fused
+// projection (q | k | v | output gate), o, gate|up and down.
+double linear_macs_per_token(const st::engine::ModelConfig& c) {
+  double macs = 0;
+  for (int l = 0; l < c.layers; ++l) {
+    const bool lightning = c.mixer(l) == st::engine::MixerKind::kLightning;
+    const double qd = c.layer_q_dim(l), kvd = c.layer_kv_dim(l);
+    const bool gate = lightning ? c.lightning_output_gate : c.attn_output_gate;
+    macs += double(c.hidden) * (qd + 2 * kvd + (gate ? qd : 0)) + qd * c.hidden + 3.0 * c.hidden * c.intermediate;
+  }
+  return macs;
+}
+
+// --only sala: MiniCPM-SALA at its release shapes beside Llama-3-8B, one call, the same engine.
+//   decode (ctx 512, bf16 KV, CUDA graphs) at batch 1, 8, 64, bf16 and int4 g128 weights:
+//     bound = (weight bytes + lightning state bytes read and written + KV bytes read) / 4.29e12 B/s
+//   prefill of one 4k-token prompt (and 60k for SALA; softmax layers dense, as the CUDA backend runs them):
+//     bound = GEMM FLOPs (2 * tokens * linear MACs + lm_head's row) / 790e12 FLOP/s
+void bench_sala(int reps, bool no_profile, const std::string& gemv_variant) {
+  const std::vector<Format> fmts = {{"bf16", kn::WeightFormat::kBf16, 0}, {"int4g128", kn::WeightFormat::kInt4, 128}};
+  for (const std::string preset : {"minicpm-sala-9b", "llama3-8b"}) {
+    auto cr = st::engine::synthetic_config(preset);
+    check(cr.status(), "synthetic_config");
+    const st::engine::ModelConfig cfg = cr.value();
+    const bool sala = cfg.has_lightning();
+    const std::string tag = sala ? "sala" : "llama";
+    // KV bytes a decode token reads per context position: softmax layers only.
+    const double kv_per_pos = double(cfg.softmax_layers()) * 2 * cfg.kv_dim() * 2;
+    for (const Format& fm : fmts) {
+      {
+        const int ctx = 512, max_b = 64;
+        auto m = std::make_unique<st::engine::cuda::CudaModel>();
+        check(m->init(0), "init");
+        check(eb::generate_weights(*m, cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
+        st::engine::cuda::CudaOptions o;
+        o.max_sequences = max_b;
+        o.max_output_rows = max_b;
+        o.max_step_tokens = max_b;
+        o.max_context = ctx;
+        o.cuda_graph_max_bs = max_b;
+        o.gemv_variant = gemv_variant;
+        check(m->prepare(o), "prepare decode");
+        check(eb::fill_kv_random(*m, 11), "fill kv");
+        const double wbytes = double(m->weight_bytes());
+        const double state_slot = double(m->lightning_state_bytes_per_slot());
+        for (int b : {1, 8, 64}) {
+          Row r;
+          r.what = tag + "_dec";
+          r.weights = fm.name;
+          r.kv = "bf16";
+          r.batch = b;
+          r.context = ctx;
+          r.ms = time_decode(*m, b, ctx, reps,
+                             no_profile ? std::string() : tag + " decode " + fm.name + " b" + std::to_string(b),
+                             &r.graph_ms);
+          const double state_rw = 2.0 * b * state_slot, kv = double(b) * ctx * kv_per_pos;
+          r.bytes = wbytes + state_rw + kv;
+          r.flops = 2.0 * b * (linear_macs_per_token(cfg) + double(cfg.vocab) * cfg.hidden);
+          char d[160];
+          std::snprintf(d, sizeof d, "weights %.2f GB + state r+w %.3f GB + kv %.3f GB", wbytes / 1e9, state_rw / 1e9,
+                        kv / 1e9);
+          r.detail = d;
+          emit(roofline_h200(r));
+        }
+      }
+      for (int len : sala ? std::vector<int>{4096, 60000} : std::vector<int>{4096}) {
+        auto m = std::make_unique<st::engine::cuda::CudaModel>();
+        check(m->init(0), "init");
+        check(eb::generate_weights(*m, cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
+        st::engine::cuda::CudaOptions o;
+        o.max_sequences = 1;
+        o.max_output_rows = 1;
+        o.max_step_tokens = len;
+        o.max_context = len;
+        o.cuda_graphs = false;
+        o.gemv_variant = gemv_variant;
+        check(m->prepare(o), "prepare prefill");
+        Row r;
+        r.what = tag + "_pre";
+        r.weights = fm.name;
+        r.kv = "bf16";
+        r.batch = 1;
+        r.context = len;
+        r.ms = time_prefill(*m, len, len > 8192 ? 2 : std::max(3, reps / 4), tag + " prefill " + fm.name + " " + std::to_string(len));
+        r.bytes = double(m->weight_bytes()) + double(len) * kv_per_pos;
+        r.flops = 2.0 * len * linear_macs_per_token(cfg) + 2.0 * double(cfg.vocab) * cfg.hidden;
+        const double attn = 4.0 * cfg.softmax_layers() * cfg.q_dim() * (double(len) * (len + 1) / 2);
+        char d[160];
+        std::snprintf(d, sizeof d, "GEMM %.1f TFLOP; dense softmax attention %.1f TFLOP more (not in the bound)",
+                      r.flops / 1e12, attn / 1e12);
+        r.detail = d;
+        emit(roofline_h200(r));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -358,7 +473,7 @@ int main(int argc, char** argv) {
   std::string only = "all";
   int reps = 20;
   app.add_option("--model", model, "synthetic:<preset>");
-  app.add_option("--only", only, "all | decode | prefill | long | variants | linear");
+  app.add_option("--only", only, "all | decode | prefill | long | variants | linear | sala");
   app.add_option("--reps", reps, "timed repetitions (median reported)");
   app.add_option("--json", g_json_path, "append one JSON object per result to this file");
   std::vector<std::string> only_weights;
@@ -390,7 +505,7 @@ int main(int argc, char** argv) {
   const Ceilings ceil = measure_ceilings();
   std::printf("device %s, %d SMs; measured copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", prop.name,
               prop.multiProcessorCount, ceil.copy_gbs, ceil.bf16_tflops);
-  std::printf("model %s: %lld parameters\n", model.c_str(), (long long)cfg.parameter_count());
+  if (only != "sala") std::printf("model %s: %lld parameters\n", model.c_str(), (long long)cfg.parameter_count());
   std::printf("%-10s %-8s %-9s %5s %6s %10s %10s %8s %s\n", "what", "weights", "kv", "batch", "ctx", "ms", "roofline",
               "gap", "bound");
   {
@@ -399,6 +514,11 @@ int main(int argc, char** argv) {
       f << "{\"what\":\"ceiling\",\"copy_gbps\":" << ceil.copy_gbs << ",\"bf16_tflops\":" << ceil.bf16_tflops
         << ",\"device\":\"" << prop.name << "\"}\n";
     }
+  }
+
+  if (only == "sala") {  // both models, whatever --model says (bench_sala)
+    bench_sala(reps, no_profile, gemv_variant);
+    return 0;
   }
 
   const std::vector<Format> formats = {{"bf16", kn::WeightFormat::kBf16, 0},

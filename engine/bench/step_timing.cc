@@ -103,6 +103,7 @@ Status fill_kv_random(cuda::CudaModel& model, uint64_t seed) {
   for (int l = 0; l < model.config().layers; ++l) {
     for (void* c : {model.k_cache(l), model.v_cache(l)}) {
       ++seed;
+      if (!c) continue;  // a lightning layer keeps no KV
       if (kn::kv_dtype_bytes(dtype) == 2) {
         // bf16 bits of values in [-1, 1]; read as fp16 they are small finite numbers too.
         BENCH_CUDA_TRY(kn::fill_uniform_bf16(c, int64_t(bytes / 2), seed, 1.f, model.stream()));

@@ -79,19 +79,32 @@ Status generate_weights(cuda::CudaModel& model, const ModelConfig& c, const Synt
     *out = d;
     return Status::Ok();
   };
-  auto make_norm = [&](float** out) -> Status {
+  auto make_norm = [&](float** out, int width = 0) -> Status {
+    width = width > 0 ? width : c.hidden;
     void* p = nullptr;
-    BENCH_TRY(a.alloc(&p, size_t(c.hidden) * 4));
-    BENCH_CUDA_TRY(kn::fill_uniform_f32(static_cast<float*>(p), c.hidden, ++seed, 0.9f, 1.1f, stream));
+    BENCH_TRY(a.alloc(&p, size_t(width) * 4));
+    BENCH_CUDA_TRY(kn::fill_uniform_f32(static_cast<float*>(p), width, ++seed, 0.9f, 1.1f, stream));
     *out = static_cast<float*>(p);
     return Status::Ok();
   };
   BENCH_TRY(a.alloc(&a.w.embed, size_t(c.vocab) * c.hidden * 2));
   BENCH_CUDA_TRY(kn::fill_uniform_bf16(a.w.embed, int64_t(c.vocab) * c.hidden, ++seed, 1.0f, stream));
   a.w.layers.assign(c.layers, {});
-  for (cuda::CudaLayer& D : a.w.layers) {
-    BENCH_TRY(make_linear(c.q_dim() + 2 * c.kv_dim(), c.hidden, spec.format, spec.group, &D.qkv));
-    BENCH_TRY(make_linear(c.hidden, c.q_dim(), spec.format, spec.group, &D.o));
+  for (int l = 0; l < c.layers; ++l) {
+    cuda::CudaLayer& D = a.w.layers[size_t(l)];
+    // A MiniCPM-SALA layer as CudaModel::upload lays it out: the output gate's rows after v, the lightning
+    // layers' norms.
+    D.kind = c.mixer(l);
+    const bool lightning = D.kind == MixerKind::kLightning;
+    const int qd = c.layer_q_dim(l), kvd = c.layer_kv_dim(l);
+    D.has_gate = lightning ? c.lightning_output_gate : c.attn_output_gate;
+    BENCH_TRY(make_linear(qd + 2 * kvd + (D.has_gate ? qd : 0), c.hidden, spec.format, spec.group, &D.qkv));
+    BENCH_TRY(make_linear(c.hidden, qd, spec.format, spec.group, &D.o));
+    if (lightning && c.lightning_qk_norm) {
+      BENCH_TRY(make_norm(&D.q_norm, c.lightning_head_dim));
+      BENCH_TRY(make_norm(&D.k_norm, c.lightning_head_dim));
+    }
+    if (lightning && c.lightning_output_norm) BENCH_TRY(make_norm(&D.o_norm, qd));
     BENCH_TRY(make_linear(2 * c.intermediate, c.hidden, spec.format, spec.group, &D.gate_up));
     D.gate_up_interleaved = c.intermediate % 8 == 0;  // random rows: any order is the interleaved one
     BENCH_TRY(make_linear(c.hidden, c.intermediate, spec.format, spec.group, &D.down));

@@ -26,13 +26,17 @@ class CudaBackend final : public Backend {
 
   Status prepare(const BackendPlan& plan) override {
     if (!plan.weights) return Status::Invalid("plan.weights: no model weights given");
-    // The CUDA kernels compute Llama-family layers only; a MiniCPM-SALA model must not run as one.
+    // Llama-family and MiniCPM-SALA layers (lightning, NoPE / gated softmax attention, muP) run here; the
+    // softmax layers' InfLLM-v2 sparse attention does not yet: a plan whose contexts reach the model's
+    // dense_len with sparse attention on is refused rather than silently run dense.
     const ModelConfig& mc = plan.weights->config;
-    if (mc.has_lightning() || !mc.attn_use_rope || mc.attn_output_gate || mc.embed_scale != 1.0f ||
-        mc.residual_scale != 1.0f || mc.logit_divisor != 1.0f)
-      return Status::Invalid("model: " + mc.name +
-                             " has MiniCPM-SALA layers (lightning attention, NoPE or gated softmax attention, muP "
-                             "scalings), which the CUDA backend does not implement yet; backend: cpu runs them");
+    if (plan.launch.sparse_attention && mc.sparse.present && mc.softmax_layers() > 0 &&
+        plan.max_context >= mc.sparse.dense_len)
+      return Status::Invalid("launch.sparse_attention: the CUDA backend has no sparse attention kernels yet, and "
+                             "max_context " + std::to_string(plan.max_context) + " reaches the model's sparse_config "
+                             "dense_len " + std::to_string(mc.sparse.dense_len) +
+                             "; set launch.sparse_attention false (dense attention at every length) or keep "
+                             "contexts below dense_len, or use backend: cpu");
     const KvCacheDtype kv = plan.launch.kv_cache_dtype;
     if (kv != KvCacheDtype::kBF16 && kv != KvCacheDtype::kFP16 && kv != KvCacheDtype::kFP8E4M3 && kv != KvCacheDtype::kFP8E5M2)
       return core::disallowed(*core::find_knob("kv_cache_dtype"), kv_cache_dtype_name(kv), "launch.kv_cache_dtype");
@@ -52,6 +56,10 @@ class CudaBackend final : public Backend {
     o.prefill_attn_block = plan.launch.prefill_attn_block;
     o.cuda_graphs = plan.launch.cuda_graphs;
     o.cuda_graph_max_bs = plan.launch.cuda_graph_max_bs;
+    o.lightning_state_dtype = plan.launch.lightning_state_dtype == StateDtype::kBF16
+                                  ? kernels::LightningStateDtype::kBf16
+                                  : kernels::LightningStateDtype::kFp32;
+    o.lightning_chunk = plan.launch.lightning_chunk;
     return model_->prepare(o);
   }
   int kv_pages() const override { return model_->kv_pages(); }

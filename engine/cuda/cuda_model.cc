@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -184,7 +185,15 @@ Status CudaModel::upload(const ModelWeights& w) {
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& L = w.layers[l];
     CudaLayer& D = layers_[l];
-    SOARTUNE_STATUS_TRY(upload_linear({&L.wq, &L.wk, &L.wv}, &D.qkv));
+    D.kind = cfg_.mixer(int(l));
+    // The output gate (softmax o_gate, lightning z_proj) reads the same normalised rows as q, k and v: its rows
+    // go after v in the one projection.
+    D.has_gate = L.w_out_gate.out > 0;
+    if (D.has_gate) SOARTUNE_STATUS_TRY(upload_linear({&L.wq, &L.wk, &L.wv, &L.w_out_gate}, &D.qkv));
+    else SOARTUNE_STATUS_TRY(upload_linear({&L.wq, &L.wk, &L.wv}, &D.qkv));
+    if (!L.q_norm.empty()) SOARTUNE_STATUS_TRY(upload_floats(L.q_norm, &D.q_norm, al));
+    if (!L.k_norm.empty()) SOARTUNE_STATUS_TRY(upload_floats(L.k_norm, &D.k_norm, al));
+    if (!L.o_norm.empty()) SOARTUNE_STATUS_TRY(upload_floats(L.o_norm, &D.o_norm, al));
     SOARTUNE_STATUS_TRY(upload_linear({&L.wo}, &D.o));
     D.gate_up_interleaved = L.w_gate.out % 8 == 0 && L.w_gate.out == L.w_up.out;
     SOARTUNE_STATUS_TRY(upload_linear({&L.w_gate, &L.w_up}, &D.gate_up, D.gate_up_interleaved));
@@ -208,6 +217,9 @@ Status CudaModel::adopt(const ModelConfig& c, DeviceWeights w) {
   if (have_weights_) return Status::Precondition("adopt: the model already holds weights");
   if (int(w.layers.size()) != c.layers || !w.embed || !w.final_norm || !w.lm_head.w)
     return Status::Invalid("adopt: the device weights do not match the config's " + std::to_string(c.layers) + " layers");
+  for (int l = 0; l < c.layers; ++l)
+    if (w.layers[size_t(l)].kind != c.mixer(l))
+      return Status::Invalid("adopt: layer " + std::to_string(l) + "'s mixer differs from the config's");
   cfg_ = c;
   embed_ = w.embed;
   layers_ = std::move(w.layers);
@@ -242,19 +254,43 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   const int T = opt.max_step_tokens, S = opt.max_sequences, R = opt.max_output_rows;
   block_stride_ = (opt.max_context + opt.page_size - 1) / opt.page_size;
 
+  // muP (MiniCPM): h0 = embed * scale_emb, h += r * branch on both branches of every layer, logits =
+  // lm_head(norm(h) / divisor). The residual stream holds h / r instead: every o and down projection then adds
+  // its branch unscaled (the weights stay as quantised, no alpha in the GEMV), the embedding is gathered times
+  // scale_emb / r, and every RMSNorm of the stream uses eps / r^2, since x / sqrt(mean(x^2) + eps) is the same
+  // for x = h / r with eps / r^2 -- exact in real arithmetic, fp32 rounding apart. The logit divisor is folded
+  // into the final norm's gamma (gamma / divisor: one fp32 rounding a channel). Llama: r = 1, nothing changes.
+  stream_scale_ = c.residual_scale;
+  if (!(stream_scale_ > 0.f) || !(c.logit_divisor > 0.f) || !std::isfinite(c.embed_scale))
+    return Status::Invalid("model: residual scale, logit divisor and embedding scale must be positive and finite");
+  stream_eps_ = c.rms_eps / (stream_scale_ * stream_scale_);
+  final_gamma_ = final_norm_;
+  if (c.logit_divisor != 1.f) {
+    std::vector<float> g(size_t(c.hidden));
+    SOARTUNE_CUDA_TRY(cudaMemcpy(g.data(), final_norm_, g.size() * 4, cudaMemcpyDeviceToHost));
+    for (float& x : g) x /= c.logit_divisor;
+    auto al = [this](void** q, size_t b) { return alloc(q, b); };
+    SOARTUNE_STATUS_TRY(upload_floats(g, &final_gamma_, al));
+  }
+
   // Step buffers.
-  const int qkv_dim = c.q_dim() + 2 * c.kv_dim();
-  const int wide = std::max(qkv_dim, 2 * c.intermediate);
+  int wide = 2 * c.intermediate, max_q_dim = 1;
+  first_softmax_ = -1;
+  for (int l = 0; l < c.layers; ++l) {
+    wide = std::max(wide, layers_[size_t(l)].qkv.n);
+    max_q_dim = std::max(max_q_dim, c.layer_q_dim(l));
+    if (first_softmax_ < 0 && c.mixer(l) == MixerKind::kSoftmax) first_softmax_ = l;
+  }
   const int narrow = std::max(c.hidden, c.intermediate);
   auto A = [&](void** p, size_t b) { return alloc(p, b); };
   SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&residual_), size_t(T) * c.hidden * 4));
   SOARTUNE_STATUS_TRY(A(&xn_, size_t(std::max(T, R)) * narrow * 2));
   SOARTUNE_STATUS_TRY(A(&wide_, size_t(T) * wide * 2));
-  SOARTUNE_STATUS_TRY(A(&q_, size_t(T) * c.q_dim() * 2));
-  SOARTUNE_STATUS_TRY(A(&attn_, size_t(T) * c.q_dim() * 2));
+  SOARTUNE_STATUS_TRY(A(&q_, size_t(T) * std::max(1, c.q_dim()) * 2));
+  SOARTUNE_STATUS_TRY(A(&attn_, size_t(T) * max_q_dim * 2));
   SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&logits_), size_t(R) * c.vocab * 4));
   // Inputs: small sections first, then the block table, so one copy covers a step.
-  const size_t small = size_t(3) * T + 2 * S + (S + 1) + R + R;
+  const size_t small = size_t(3) * T + 3 * S + (S + 1) + R + R;
   inputs_words_ = small + size_t(S) * block_stride_;
   SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&d_inputs_), inputs_words_ * 4));
   SOARTUNE_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&h_inputs_), inputs_words_ * 4));
@@ -265,6 +301,7 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   d_kv_slot_ = p, p += T;
   d_seq_lens_ = p, p += S;
   d_prefix_lens_ = p, p += S;
+  d_seq_slots_ = p, p += S;
   d_q_offsets_ = p, p += S + 1;
   d_out_rows_ = p, p += R;
   d_argmax_ = p, p += R;
@@ -279,6 +316,7 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   };
   for (const CudaLayer& L : layers_)
     for (const kn::DeviceLinear* d : {&L.qkv, &L.o, &L.gate_up, &L.down}) needs_copy(*d);
+  SOARTUNE_STATUS_TRY(prepare_lightning());
   needs_copy(lm_head_);
   if (scratch > 0) {
     SOARTUNE_STATUS_TRY(A(&gemm_.scratch, scratch));
@@ -321,15 +359,23 @@ Status CudaModel::prepare(const CudaOptions& opt) {
     SOARTUNE_STATUS_TRY(gemv_choice(LinearOp::kLmHead, lm_head_, rows, false, &choice));
   }
 
-  // KV pages: enough for every sequence at max_context, within mem_fraction_pct of the device.
+  // KV pages: enough for every sequence at max_context, within mem_fraction_pct of the device. Only softmax
+  // layers keep KV; everything allocated so far (weights, step buffers, the lightning states of every slot)
+  // counts as used, so the pages take what the states leave.
   size_t free_b = 0, total_b = 0;
   SOARTUNE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
   kn::PagedKvLayout lay{c.kv_heads, c.head_dim, opt.page_size, opt.kv_dtype};
-  const size_t page_all_layers = lay.page_bytes() * 2 * c.layers;
+  const size_t page_all_layers = lay.page_bytes() * 2 * size_t(c.softmax_layers());
   const size_t budget_total = total_b / 100 * size_t(opt.mem_fraction_pct);
   const size_t used = total_b - free_b;
   const size_t budget = budget_total > used + (64u << 20) ? budget_total - used - (64u << 20) : 0;
-  const int64_t fit = int64_t(budget / page_all_layers) - 1;
+  if (budget == 0)
+    return Status::Exhausted("launch.mem_fraction_pct: " + std::to_string(opt.mem_fraction_pct) + "% of " +
+                             std::to_string(total_b >> 20) + " MiB is taken by the weights, the step buffers and " +
+                             std::to_string(state_bytes_ >> 20) + " MiB of lightning states (" +
+                             std::to_string(S) + " slots)");
+  // Without softmax layers a page costs nothing (the scheduler still counts positions in pages).
+  const int64_t fit = page_all_layers ? int64_t(budget / page_all_layers) - 1 : int64_t(1) << 30;
   const int64_t needed = int64_t(S) * block_stride_;
   int64_t pages = opt.kv_pages > 0 ? opt.kv_pages : std::min(needed, fit);
   if (pages > fit || pages < block_stride_)
@@ -341,16 +387,124 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   k_cache_.assign(c.layers, nullptr);
   v_cache_.assign(c.layers, nullptr);
   for (int l = 0; l < c.layers; ++l) {
+    if (c.mixer(l) != MixerKind::kSoftmax) continue;
     SOARTUNE_STATUS_TRY(A(&k_cache_[l], lay.page_bytes() * (num_pages_ + 1)));
     SOARTUNE_STATUS_TRY(A(&v_cache_[l], lay.page_bytes() * (num_pages_ + 1)));
   }
+  SOARTUNE_STATUS_TRY(prepare_attention_plans());
+  {
+    kn::RmsNormArgs na;
+    na.residual = residual_, na.gamma = final_norm_, na.out = xn_, na.rows = 1, na.d = c.hidden;
+    const std::string ne = kn::rmsnorm_can_implement(na);
+    if (!ne.empty()) return Status::Invalid("model: RMSNorm: " + ne);
+  }
+
+  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
+  if (opt.cuda_graphs) {
+    const int max_bs = std::min({opt.cuda_graph_max_bs, S, T, R});
+    for (int b = 1; b <= max_bs; ++b) SOARTUNE_STATUS_TRY(capture_graph(b));
+  }
+  peak_memory_bytes();
+  return Status::Ok();
+}
+
+std::size_t CudaModel::lightning_state_bytes_per_slot() const {
+  const int lightning_layers = cfg_.layers - cfg_.softmax_layers();
+  return size_t(lightning_layers) * size_t(cfg_.lightning_state_elems()) *
+         size_t(kn::lightning_state_bytes(opt_.lightning_state_dtype));
+}
+
+// Lightning layers: one state a (layer, slot) for every one of max_sequences slots, allocated here, before
+// the KV pages are sized (admission control counts both: what the states take, the pages cannot); the
+// per-head log-decays -slope_h (engine/model_config.h), uploaded once; the chunked prefill's scratch.
+Status CudaModel::prepare_lightning() {
+  const ModelConfig& c = cfg_;
+  const int T = opt_.max_step_tokens, S = opt_.max_sequences;
+  state_bytes_ = 0;
+  if (!c.has_lightning()) return Status::Ok();
+  if (opt_.lightning_chunk < 1)
+    return Status::Invalid("launch.lightning_chunk: " + std::to_string(opt_.lightning_chunk) + " is not a positive chunk");
+  auto A = [&](void** p, size_t b) { return alloc(p, b); };
+  state_bytes_ = lightning_state_bytes_per_slot() * size_t(S);
+  SOARTUNE_STATUS_TRY(A(&state_, state_bytes_));
+  SOARTUNE_CUDA_TRY(cudaMemset(state_, 0, state_bytes_));
+  std::vector<float> decay;
+  for (double sl : alibi_slopes(c.lightning_heads)) decay.push_back(-static_cast<float>(sl));
+  SOARTUNE_STATUS_TRY(upload_floats(decay, &log_decay_, A));
+  SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&light_out_), size_t(T) * c.lightning_q_dim() * 4));
+  lightning_workspace_bytes_ =
+      kn::lightning_workspace_bytes(T, S, c.lightning_heads, c.lightning_head_dim, opt_.lightning_chunk);
+  if (lightning_workspace_bytes_ > 0) SOARTUNE_STATUS_TRY(A(&lightning_workspace_, lightning_workspace_bytes_));
+  // The widest step each kernel can see, checked once.
+  for (int l = 0; l < c.layers; ++l) {
+    if (c.mixer(l) != MixerKind::kLightning) continue;
+    const CudaLayer& L = layers_[size_t(l)];
+    kn::LightningQkArgs qa;
+    qa.qkv = wide_, qa.row_stride = L.qkv.n, qa.q_norm = L.q_norm, qa.k_norm = L.k_norm;
+    qa.positions = d_positions_, qa.rope = c.lightning_use_rope, qa.rope_theta = c.rope_theta, qa.eps = c.rms_eps;
+    qa.tokens = T, qa.heads = c.lightning_heads, qa.kv_heads = c.lightning_kv_heads, qa.head_dim = c.lightning_head_dim;
+    SOARTUNE_KERNEL_TRY(kn::lightning_qk_can_implement(qa));
+    kn::LightningArgs la = lightning_args(l, S, T);
+    const std::string e = kn::lightning_can_implement(la);
+    if (!e.empty())
+      return Status::Invalid("launch.lightning_chunk / lightning_state_dtype: lightning attention: " + e);
+    kn::OutputGateArgs ga;
+    ga.attn = light_out_, ga.attn_bf16 = false;
+    ga.gate = L.has_gate ? static_cast<const uint16_t*>(wide_) + (c.lightning_q_dim() + 2 * c.lightning_kv_dim()) : nullptr;
+    ga.gate_stride = L.qkv.n, ga.gamma = L.o_norm, ga.out = attn_, ga.tokens = T, ga.width = c.lightning_q_dim();
+    ga.eps = c.rms_eps;
+    SOARTUNE_KERNEL_TRY(kn::output_gate_can_implement(ga));
+  }
+  return Status::Ok();
+}
+
+kn::LightningArgs CudaModel::lightning_args(int l, int batch, int max_q_len) const {
+  const ModelConfig& c = cfg_;
+  const CudaLayer& L = layers_[size_t(l)];
+  int index = 0;  // this layer's place among the lightning layers
+  for (int i = 0; i < l; ++i) index += c.mixer(i) == MixerKind::kLightning;
+  const size_t per_layer = size_t(c.lightning_state_elems()) * size_t(kn::lightning_state_bytes(opt_.lightning_state_dtype)) *
+                           size_t(opt_.max_sequences);
+  kn::LightningArgs a;
+  a.qkv = wide_;
+  a.row_stride = L.qkv.n;
+  a.out = light_out_;
+  a.state = static_cast<uint8_t*>(state_) + size_t(index) * per_layer;
+  a.state_dtype = opt_.lightning_state_dtype;
+  a.slots = opt_.max_sequences;
+  a.q_offsets = d_q_offsets_;
+  a.start_pos = d_prefix_lens_;
+  a.seq_slots = d_seq_slots_;
+  a.log_decay = log_decay_;
+  a.scale = c.lightning_scale;
+  a.batch = batch;
+  a.max_tokens = max_q_len;
+  a.chunk = opt_.lightning_chunk;
+  a.heads = c.lightning_heads;
+  a.kv_heads = c.lightning_kv_heads;
+  a.head_dim = c.lightning_head_dim;
+  a.workspace = lightning_workspace_bytes_ > 0 ? lightning_workspace_ : nullptr;
+  return a;
+}
+
+// The softmax layers' attention plans (none without softmax layers), on the arrays of one of them.
+Status CudaModel::prepare_attention_plans() {
+  const ModelConfig& c = cfg_;
+  const CudaOptions& opt = opt_;
+  const int T = opt.max_step_tokens, S = opt.max_sequences;
+  auto A = [&](void** p, size_t b) { return alloc(p, b); };
+  decode_plans_.clear();
+  prefill_plans_.clear();
+  if (first_softmax_ < 0) return Status::Ok();
+  void* const k0 = k_cache_[size_t(first_softmax_)];
+  void* const v0 = v_cache_[size_t(first_softmax_)];
 
   // Decode attention: a plan for each batch a decode step can have, made for max_context (a captured graph
   // replays at any context); the workspace is the widest of them.
   decode_plans_.assign(S + 1, {});
   for (int b = 1; b <= S; ++b) {
     kn::DecodeAttentionArgs da;
-    da.q = q_, da.out = attn_, da.k_cache = k_cache_[0], da.v_cache = v_cache_[0];
+    da.q = q_, da.out = attn_, da.k_cache = k0, da.v_cache = v0;
     da.block_table = d_block_table_, da.seq_lens = d_seq_lens_, da.batch = b;
     da.n_heads = c.heads, da.n_kv_heads = c.kv_heads, da.head_dim = c.head_dim, da.page_size = opt.page_size;
     da.block_table_stride = block_stride_, da.max_seq_len = opt.max_context, da.kv_dtype = opt.kv_dtype;
@@ -361,7 +515,7 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   if (attn_workspace_bytes_ > 0) SOARTUNE_STATUS_TRY(A(&attn_workspace_, attn_workspace_bytes_));
   {
     kn::PrefillAttentionArgs pa;
-    pa.q = q_, pa.out = attn_, pa.k_cache = k_cache_[0], pa.v_cache = v_cache_[0];
+    pa.q = q_, pa.out = attn_, pa.k_cache = k0, pa.v_cache = v0;
     pa.block_table = d_block_table_, pa.q_offsets = d_q_offsets_, pa.prefix_lens = d_prefix_lens_;
     pa.batch = S, pa.n_heads = c.heads, pa.n_kv_heads = c.kv_heads, pa.head_dim = c.head_dim;
     pa.page_size = opt.page_size, pa.block_table_stride = block_stride_, pa.max_q_len = T;
@@ -375,23 +529,12 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   }
   {
     kn::RopeKvArgs ra;
-    ra.qkv = wide_, ra.q_out = q_, ra.k_cache = k_cache_[0], ra.v_cache = v_cache_[0];
+    ra.qkv = wide_, ra.q_out = q_, ra.k_cache = k0, ra.v_cache = v0;
     ra.positions = d_positions_, ra.kv_slot = d_kv_slot_, ra.n_heads = c.heads, ra.n_kv_heads = c.kv_heads;
     ra.head_dim = c.head_dim, ra.page_size = opt.page_size, ra.kv_dtype = opt.kv_dtype;
     const std::string e = kn::rope_kv_can_implement(ra);
     if (!e.empty()) return Status::Invalid("model: RoPE: " + e);
-    kn::RmsNormArgs na;
-    na.residual = residual_, na.gamma = final_norm_, na.out = xn_, na.rows = 1, na.d = c.hidden;
-    const std::string ne = kn::rmsnorm_can_implement(na);
-    if (!ne.empty()) return Status::Invalid("model: RMSNorm: " + ne);
   }
-
-  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
-  if (opt.cuda_graphs) {
-    const int max_bs = std::min({opt.cuda_graph_max_bs, S, T, R});
-    for (int b = 1; b <= max_bs; ++b) SOARTUNE_STATUS_TRY(capture_graph(b));
-  }
-  peak_memory_bytes();
   return Status::Ok();
 }
 
@@ -457,7 +600,7 @@ bool follows_norm(LinearOp op) { return op == LinearOp::kQkv || op == LinearOp::
 }  // namespace
 
 Status CudaModel::gemv_choice(LinearOp op, const kn::DeviceLinear& w, int rows, bool swiglu, const GemvChoice** out) {
-  const GemvKey key{op, w.format, w.group, rows, swiglu};
+  const GemvKey key{op, w.format, w.group, w.n, w.k, rows, swiglu};
   auto it = gemv_plans_.find(key);
   if (it == gemv_plans_.end()) {
     kn::GemvArgs g;
@@ -510,7 +653,7 @@ Status CudaModel::linear(LinearOp op, const kn::DeviceLinear& w, const void* x, 
     if (norm_gamma) {
       g.norm_residual = residual_;
       g.norm_gamma = norm_gamma;
-      g.norm_eps = cfg_.rms_eps;
+      g.norm_eps = stream_eps_;
     }
     SOARTUNE_CUDA_TRY(kn::gemv_run(g, c->plan, stream_));
     return Status::Ok();
@@ -520,10 +663,145 @@ Status CudaModel::linear(LinearOp op, const kn::DeviceLinear& w, const void* x, 
   return Status::Ok();
 }
 
+// Softmax layer: RoPE (or NoPE) + K/V into the paged cache, attention, then the output gate when the layer has
+// one (attn * sigmoid(gate), the gate's rows after v in the projection) into q_, free once attention has run.
+Status CudaModel::softmax_mixer(int l, int T, bool decode_only, int batch, int max_q_len, int max_seq_len,
+                                const void** o_in) {
+  const ModelConfig& c = cfg_;
+  const CudaLayer& L = layers_[size_t(l)];
+  kn::RopeKvArgs ra;
+  ra.qkv = wide_;
+  ra.qkv_bf16 = true;
+  ra.qkv_stride = L.qkv.n;  // q | k | v (| output gate)
+  ra.rotate = c.attn_use_rope;  // NoPE: MiniCPM-SALA's softmax layers
+  ra.bias = L.qkv_bias;
+  ra.q_out = q_;
+  ra.k_cache = k_cache_[l];
+  ra.v_cache = v_cache_[l];
+  ra.positions = d_positions_;
+  ra.kv_slot = d_kv_slot_;
+  ra.tokens = T;
+  ra.n_heads = c.heads;
+  ra.n_kv_heads = c.kv_heads;
+  ra.head_dim = c.head_dim;
+  ra.page_size = opt_.page_size;
+  ra.kv_dtype = opt_.kv_dtype;
+  ra.rope_theta = c.rope_theta;
+  SOARTUNE_CUDA_TRY(kn::rope_kv_write_run(ra, stream_));
+  stage_end("rope_kv_write");
+  if (decode_only) {
+    kn::DecodeAttentionArgs da;
+    da.q = q_;
+    da.out = attn_;
+    da.k_cache = k_cache_[l];
+    da.v_cache = v_cache_[l];
+    da.block_table = d_block_table_;
+    da.seq_lens = d_seq_lens_;
+    da.batch = batch;
+    da.n_heads = c.heads;
+    da.n_kv_heads = c.kv_heads;
+    da.head_dim = c.head_dim;
+    da.page_size = opt_.page_size;
+    da.block_table_stride = block_stride_;
+    da.max_seq_len = max_seq_len;
+    da.kv_dtype = opt_.kv_dtype;
+    // Decode steps are planned for max_context (a captured graph replays at any context), once a batch.
+    if (max_seq_len != opt_.max_context || batch < 1 || batch >= int(decode_plans_.size()))
+      return Status::Internal("decode attention: no plan for batch " + std::to_string(batch) + " at context " +
+                              std::to_string(max_seq_len));
+    const kn::DecodeAttentionPlan& plan = decode_plans_[batch];
+    if (plan.workspace_bytes > attn_workspace_bytes_)
+      return Status::Internal("decode attention workspace " + std::to_string(plan.workspace_bytes) +
+                              " exceeds the " + std::to_string(attn_workspace_bytes_) + " bytes planned");
+    SOARTUNE_CUDA_TRY(kn::decode_attention_run(da, plan, attn_workspace_, stream_));
+  } else {
+    kn::PrefillAttentionArgs pa;
+    pa.q = q_;
+    pa.out = attn_;
+    pa.k_cache = k_cache_[l];
+    pa.v_cache = v_cache_[l];
+    pa.block_table = d_block_table_;
+    pa.q_offsets = d_q_offsets_;
+    pa.prefix_lens = d_prefix_lens_;
+    pa.batch = batch;
+    pa.n_heads = c.heads;
+    pa.n_kv_heads = c.kv_heads;
+    pa.head_dim = c.head_dim;
+    pa.page_size = opt_.page_size;
+    pa.block_table_stride = block_stride_;
+    pa.max_q_len = max_q_len;
+    pa.kv_dtype = opt_.kv_dtype;
+    auto it = prefill_plans_.find({batch, max_q_len});
+    if (it == prefill_plans_.end()) {
+      kn::PrefillAttentionPlan plan;
+      SOARTUNE_KERNEL_TRY(kn::prefill_attention_plan(pa, opt_.prefill_attn_block, &plan));
+      it = prefill_plans_.emplace(std::make_pair(batch, max_q_len), plan).first;
+    }
+    SOARTUNE_CUDA_TRY(kn::prefill_attention_run(pa, it->second, stream_));
+  }
+  stage_end("attention");
+  *o_in = attn_;
+  if (!L.has_gate) return Status::Ok();
+  kn::OutputGateArgs ga;
+  ga.attn = attn_;
+  ga.attn_bf16 = true;
+  ga.gate = static_cast<const uint16_t*>(wide_) + (c.q_dim() + 2 * c.kv_dim());
+  ga.gate_stride = L.qkv.n;
+  ga.gamma = nullptr;
+  ga.out = q_;
+  ga.tokens = T;
+  ga.width = c.q_dim();
+  ga.eps = c.rms_eps;
+  SOARTUNE_CUDA_TRY(kn::output_gate_run(ga, stream_));
+  stage_end("output_gate");
+  *o_in = q_;
+  return Status::Ok();
+}
+
+// Lightning layer: q/k RMSNorm + RoPE in place, Simple GLA over each sequence's state slot (reset at its first
+// token; the recurrence for decode steps, the chunked form for longer ones), then the output RMSNorm over all
+// heads times sigmoid(z) into attn_.
+Status CudaModel::lightning_mixer(int l, int T, int batch, int max_q_len, const void** o_in) {
+  const ModelConfig& c = cfg_;
+  const CudaLayer& L = layers_[size_t(l)];
+  kn::LightningQkArgs qa;
+  qa.qkv = wide_;
+  qa.row_stride = L.qkv.n;
+  qa.q_norm = L.q_norm;
+  qa.k_norm = L.k_norm;
+  qa.positions = d_positions_;
+  qa.rope = c.lightning_use_rope;
+  qa.rope_theta = c.rope_theta;
+  qa.eps = c.rms_eps;
+  qa.tokens = T;
+  qa.heads = c.lightning_heads;
+  qa.kv_heads = c.lightning_kv_heads;
+  qa.head_dim = c.lightning_head_dim;
+  SOARTUNE_CUDA_TRY(kn::lightning_qk_run(qa, stream_));
+  stage_end("lightning_qk");
+  SOARTUNE_CUDA_TRY(kn::lightning_run(lightning_args(l, batch, max_q_len), stream_));
+  stage_end("lightning");
+  kn::OutputGateArgs ga;
+  ga.attn = light_out_;
+  ga.attn_bf16 = false;
+  ga.gate = L.has_gate ? static_cast<const uint16_t*>(wide_) + (c.lightning_q_dim() + 2 * c.lightning_kv_dim()) : nullptr;
+  ga.gate_stride = L.qkv.n;
+  ga.gamma = L.o_norm;
+  ga.out = attn_;
+  ga.tokens = T;
+  ga.width = c.lightning_q_dim();
+  ga.eps = c.rms_eps;
+  SOARTUNE_CUDA_TRY(kn::output_gate_run(ga, stream_));
+  stage_end("output_gate");
+  *o_in = attn_;
+  return Status::Ok();
+}
+
 Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out) {
   const ModelConfig& c = cfg_;
   stage_end("start");
-  SOARTUNE_CUDA_TRY(kn::embedding_gather_run(d_tokens_, embed_, residual_, T, c.hidden, stream_));
+  SOARTUNE_CUDA_TRY(kn::embedding_gather_run(d_tokens_, embed_, residual_, T, c.hidden, stream_,
+                                             c.embed_scale / stream_scale_));
   stage_end("embed");
   for (size_t l = 0; l < layers_.size(); ++l) {
     const CudaLayer& L = layers_[l];
@@ -534,7 +812,7 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     na.out = xn_;
     na.rows = T;
     na.d = c.hidden;
-    na.eps = c.rms_eps;
+    na.eps = stream_eps_;  // the residual stream holds h / stream_scale_ (prepare())
     // A pipelined GEMV stages the normalised rows itself (no RMSNorm kernel, no round trip through xn_).
     const bool fuse_attn_norm = norm_fused(LinearOp::kQkv, L.qkv, T, false);
     if (!fuse_attn_norm) {
@@ -545,76 +823,10 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     SOARTUNE_STATUS_TRY(linear(LinearOp::kQkv, L.qkv, xn_, wide_, T, /*out_bf16=*/true, false, false,
                                fuse_attn_norm ? L.attn_norm : nullptr));
     stage_end("linear_qkv");
-    kn::RopeKvArgs ra;
-    ra.qkv = wide_;
-    ra.qkv_bf16 = true;
-    ra.bias = L.qkv_bias;
-    ra.q_out = q_;
-    ra.k_cache = k_cache_[l];
-    ra.v_cache = v_cache_[l];
-    ra.positions = d_positions_;
-    ra.kv_slot = d_kv_slot_;
-    ra.tokens = T;
-    ra.n_heads = c.heads;
-    ra.n_kv_heads = c.kv_heads;
-    ra.head_dim = c.head_dim;
-    ra.page_size = opt_.page_size;
-    ra.kv_dtype = opt_.kv_dtype;
-    ra.rope_theta = c.rope_theta;
-    SOARTUNE_CUDA_TRY(kn::rope_kv_write_run(ra, stream_));
-    stage_end("rope_kv_write");
-    if (decode_only) {
-      kn::DecodeAttentionArgs da;
-      da.q = q_;
-      da.out = attn_;
-      da.k_cache = k_cache_[l];
-      da.v_cache = v_cache_[l];
-      da.block_table = d_block_table_;
-      da.seq_lens = d_seq_lens_;
-      da.batch = batch;
-      da.n_heads = c.heads;
-      da.n_kv_heads = c.kv_heads;
-      da.head_dim = c.head_dim;
-      da.page_size = opt_.page_size;
-      da.block_table_stride = block_stride_;
-      da.max_seq_len = max_seq_len;
-      da.kv_dtype = opt_.kv_dtype;
-      // Decode steps are planned for max_context (a captured graph replays at any context), once a batch.
-      if (max_seq_len != opt_.max_context || batch < 1 || batch >= int(decode_plans_.size()))
-        return Status::Internal("decode attention: no plan for batch " + std::to_string(batch) + " at context " +
-                                std::to_string(max_seq_len));
-      const kn::DecodeAttentionPlan& plan = decode_plans_[batch];
-      if (plan.workspace_bytes > attn_workspace_bytes_)
-        return Status::Internal("decode attention workspace " + std::to_string(plan.workspace_bytes) +
-                                " exceeds the " + std::to_string(attn_workspace_bytes_) + " bytes planned");
-      SOARTUNE_CUDA_TRY(kn::decode_attention_run(da, plan, attn_workspace_, stream_));
-    } else {
-      kn::PrefillAttentionArgs pa;
-      pa.q = q_;
-      pa.out = attn_;
-      pa.k_cache = k_cache_[l];
-      pa.v_cache = v_cache_[l];
-      pa.block_table = d_block_table_;
-      pa.q_offsets = d_q_offsets_;
-      pa.prefix_lens = d_prefix_lens_;
-      pa.batch = batch;
-      pa.n_heads = c.heads;
-      pa.n_kv_heads = c.kv_heads;
-      pa.head_dim = c.head_dim;
-      pa.page_size = opt_.page_size;
-      pa.block_table_stride = block_stride_;
-      pa.max_q_len = max_q_len;
-      pa.kv_dtype = opt_.kv_dtype;
-      auto it = prefill_plans_.find({batch, max_q_len});
-      if (it == prefill_plans_.end()) {
-        kn::PrefillAttentionPlan plan;
-        SOARTUNE_KERNEL_TRY(kn::prefill_attention_plan(pa, opt_.prefill_attn_block, &plan));
-        it = prefill_plans_.emplace(std::make_pair(batch, max_q_len), plan).first;
-      }
-      SOARTUNE_CUDA_TRY(kn::prefill_attention_run(pa, it->second, stream_));
-    }
-    stage_end("attention");
-    SOARTUNE_STATUS_TRY(linear(LinearOp::kO, L.o, attn_, residual_, T, false, /*accumulate=*/true));
+    const void* o_in = nullptr;
+    if (L.kind == MixerKind::kLightning) SOARTUNE_STATUS_TRY(lightning_mixer(int(l), T, batch, max_q_len, &o_in));
+    else SOARTUNE_STATUS_TRY(softmax_mixer(int(l), T, decode_only, batch, max_q_len, max_seq_len, &o_in));
+    SOARTUNE_STATUS_TRY(linear(LinearOp::kO, L.o, o_in, residual_, T, false, /*accumulate=*/true));
     stage_end("linear_o");
     na.gamma = L.mlp_norm;
     const bool gate_up_swiglu = L.gate_up_interleaved && use_gemv(L.gate_up, T);
@@ -646,11 +858,11 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
   fa.residual = residual_;
   fa.add = nullptr;
   fa.row_index = d_out_rows_;
-  fa.gamma = final_norm_;
+  fa.gamma = final_gamma_;  // final_norm / logit_divisor
   fa.out = xn_;
   fa.rows = rows_out;
   fa.d = c.hidden;
-  fa.eps = c.rms_eps;
+  fa.eps = stream_eps_;
   SOARTUNE_CUDA_TRY(kn::rmsnorm_residual_run(fa, stream_));
   stage_end("rmsnorm");
   SOARTUNE_STATUS_TRY(linear(LinearOp::kLmHead, lm_head_, xn_, logits_, rows_out));
@@ -665,6 +877,7 @@ Status CudaModel::copy_inputs(const Step& step, bool decode_only, int* max_q_len
   const int64_t off_tokens = d_tokens_ - d_inputs_, off_pos = d_positions_ - d_inputs_,
                 off_slot = d_kv_slot_ - d_inputs_, off_len = d_seq_lens_ - d_inputs_,
                 off_prefix = d_prefix_lens_ - d_inputs_, off_qoff = d_q_offsets_ - d_inputs_,
+                off_seq_slot = d_seq_slots_ - d_inputs_,
                 off_rows = d_out_rows_ - d_inputs_, off_bt = d_block_table_ - d_inputs_;
   int32_t* h = h_inputs_;
   *max_q_len = 0;
@@ -675,6 +888,10 @@ Status CudaModel::copy_inputs(const Step& step, bool decode_only, int* max_q_len
     const int pages = (end + opt_.page_size - 1) / opt_.page_size;
     if (q.num_tokens < 1 || q.first_token < 0 || q.first_token + q.num_tokens > T)
       return Status::Invalid("step.seqs[" + std::to_string(s) + "]: tokens out of range");
+    // The slot indexes the lightning states (a slot's state is read only by the sequence occupying it).
+    if (q.slot < 0 || q.slot >= opt_.max_sequences)
+      return Status::Invalid("step.seqs[" + std::to_string(s) + "].slot: " + std::to_string(q.slot) + " is not in 0.." +
+                             std::to_string(opt_.max_sequences - 1));
     if (end > opt_.max_context)
       return Status::Invalid("step.seqs[" + std::to_string(s) + "]: context " + std::to_string(end) +
                              " exceeds the planned max_context " + std::to_string(opt_.max_context));
@@ -690,6 +907,7 @@ Status CudaModel::copy_inputs(const Step& step, bool decode_only, int* max_q_len
     }
     h[off_len + s] = end;
     h[off_prefix + s] = q.start_pos;
+    h[off_seq_slot + s] = q.slot;
     h[off_qoff + s] = q.first_token;
     for (int j = 0; j < q.num_tokens; ++j) {
       const int i = q.first_token + j, pos = q.start_pos + j;
@@ -804,7 +1022,7 @@ std::vector<KernelPlan> CudaModel::kernel_plans() const {
   auto add = [&](const std::string& op, const std::string& shape, int rows, std::map<std::string, std::string> c) {
     add_ranged(&out, &ranges, op, shape, rows, std::move(c));
   };
-  // Linears: the GEMV's plan a row count (gemv_plans_ is ordered by op, format, group, rows), then the rows
+  // Linears: the GEMV's plan a row count (gemv_plans_ is ordered by op, format, group, shape, rows), then the rows
   // cuBLAS takes.
   std::map<std::pair<LinearOp, std::string>, const kn::DeviceLinear*> linears;  // one a role and shape
   for (const CudaLayer& L : layers_)
@@ -822,7 +1040,9 @@ std::vector<KernelPlan> CudaModel::kernel_plans() const {
         continue;
       }
       for (const auto& [key, c] : gemv_plans_) {
-        if (key.op != op || key.format != d->format || key.group != d->group || key.rows != rows) continue;
+        if (key.op != op || key.format != d->format || key.group != d->group || key.n != d->n || key.k != d->k ||
+            key.rows != rows)
+          continue;
         std::map<std::string, std::string> choice = {
             {"variant", kn::gemv_variant_names()[c.plan.variant]},
             {"grid", std::to_string(c.plan.grid)},
@@ -835,6 +1055,15 @@ std::vector<KernelPlan> CudaModel::kernel_plans() const {
         add(std::string("gemv.") + linear_op_name(op), role.second, rows, std::move(choice));
       }
     }
+  }
+  if (cfg_.has_lightning() && state_) {
+    out.push_back({"lightning",
+                   "heads " + std::to_string(cfg_.lightning_heads) + "/" + std::to_string(cfg_.lightning_kv_heads) +
+                       " head_dim " + std::to_string(cfg_.lightning_head_dim) + " slots " +
+                       std::to_string(opt_.max_sequences),
+                   {{"state_dtype", opt_.lightning_state_dtype == kn::LightningStateDtype::kBf16 ? "bf16" : "fp32"},
+                    {"chunk", std::to_string(opt_.lightning_chunk)},
+                    {"state_bytes", std::to_string(state_bytes_)}}});
   }
   const std::string attn_shape = "heads " + std::to_string(cfg_.heads) + "/" + std::to_string(cfg_.kv_heads) +
                                  " head_dim " + std::to_string(cfg_.head_dim) + " kv " +

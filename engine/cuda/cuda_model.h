@@ -2,9 +2,14 @@
 // step buffer, and one forward pass per engine Step. Decode steps of up to cuda_graph_max_bs sequences replay
 // CUDA graphs captured in prepare(); nothing in forward() allocates.
 //
-// Per layer: rmsnorm(+residual) -> qkv linear -> RoPE + KV write -> attention -> o linear ->
-//   rmsnorm(+residual) -> gate|up linear -> SwiGLU -> down linear. Linears with <= 32 rows run the
-// tensor-core GEMV (kernels/gemv.cuh), more rows run cuBLAS (kernels/gemm.cuh).
+// Per layer: rmsnorm(+residual) -> qkv linear -> mixer -> o linear -> rmsnorm(+residual) -> gate|up linear ->
+//   SwiGLU -> down linear. Linears with <= 32 rows run the tensor-core GEMV (kernels/gemv.cuh), more rows run
+// cuBLAS (kernels/gemm.cuh). The mixer, by cfg.mixer(l):
+//   softmax:   RoPE (or NoPE) + KV write -> paged attention -> [output gate: attn * sigmoid(gate)]
+//   lightning: q/k norm + RoPE -> Simple GLA over the layer's per-slot states (kernels/lightning.cuh) ->
+//              output RMSNorm over all heads * sigmoid(z)
+// The output gate's (or z's) rows are fused into the qkv projection after v. MiniCPM-SALA's muP scalings:
+// see stream_scale_ in cuda_model.cc.
 #pragma once
 
 #include <cublas_v2.h>
@@ -27,6 +32,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/lightning.cuh"
 #include "kernels/weight_format.h"
 
 namespace soartune::engine::cuda {
@@ -41,7 +47,10 @@ namespace soartune::engine::cuda {
   } while (0)
 
 struct CudaLayer {
-  kernels::DeviceLinear qkv;       // [q_dim + 2 kv_dim][hidden]
+  MixerKind kind = MixerKind::kSoftmax;
+  kernels::DeviceLinear qkv;       // [q_dim + 2 kv_dim (+ q_dim gate rows when has_gate)][hidden], the layer's
+                                   // own q/kv widths (ModelConfig::layer_q_dim)
+  bool has_gate = false;           // output gate (softmax o_gate, lightning z_proj) rows after v in qkv
   kernels::DeviceLinear o;         // [hidden][q_dim]
   kernels::DeviceLinear gate_up;   // [2 intermediate][hidden]: gate rows first, or interleaved by 8
   bool gate_up_interleaved = false; // kernels::interleave_gate_up order (intermediate % 8 == 0): the decode
@@ -50,6 +59,9 @@ struct CudaLayer {
   float* attn_norm = nullptr;      // [hidden]
   float* mlp_norm = nullptr;       // [hidden]
   float* qkv_bias = nullptr;       // [q_dim + 2 kv_dim] or null
+  float* q_norm = nullptr;         // lightning: [lightning_head_dim] per-head q/k RMSNorm gammas, or null
+  float* k_norm = nullptr;
+  float* o_norm = nullptr;         // lightning: [lightning_q_dim] output RMSNorm gamma, or null
 };
 
 // Weights already on the device, made there by the caller (the bench generates synthetic ones): adopt() takes
@@ -81,6 +93,9 @@ struct CudaOptions {
   int prefill_attn_block = 128;
   bool cuda_graphs = true;
   int cuda_graph_max_bs = 32;
+  // Lightning layers (MiniCPM-SALA): the per-slot state's dtype and the prefill chunk.
+  kernels::LightningStateDtype lightning_state_dtype = kernels::LightningStateDtype::kFp32;
+  int lightning_chunk = 64;
 };
 
 class CudaModel {
@@ -107,10 +122,16 @@ class CudaModel {
   // Launches the decode graph captured for `batch` on stream() on the inputs of the last forward(), without
   // copies or a sync (the bench times replays back to back).
   Status launch_decode_graph(int batch);
-  // The KV cache of layer l (K and V: kv_cache_bytes() each, opt.kv_dtype), as prepare() allocated it.
+  // The KV cache of layer l (K and V: kv_cache_bytes() each, opt.kv_dtype), as prepare() allocated it; null
+  // for a lightning layer (it keeps no KV).
   void* k_cache(int l) const { return k_cache_[l]; }
   void* v_cache(int l) const { return v_cache_[l]; }
   std::size_t kv_cache_bytes() const;
+  // Bytes of the lightning states of all lightning layers and max_sequences slots (0 without lightning layers),
+  // allocated in prepare() before the KV pages are sized; one decode step reads and writes the states of its
+  // sequences: lightning_state_bytes_per_slot() each.
+  std::size_t lightning_state_bytes() const { return state_bytes_; }
+  std::size_t lightning_state_bytes_per_slot() const;
   // The kernel plans prepare() made: GEMV variant and grid per linear and row count, the cuBLAS rows,
   // decode attention's splits per batch, prefill attention's tiles.
   std::vector<KernelPlan> kernel_plans() const;
@@ -145,6 +166,7 @@ class CudaModel {
     LinearOp op;
     kernels::WeightFormat format;
     int group;
+    int n, k;                      // a role may have several shapes (MiniCPM-SALA: lightning and softmax qkv)
     int rows;
     bool swiglu;
     auto operator<=>(const GemvKey&) const = default;
@@ -159,7 +181,14 @@ class CudaModel {
   void stage_end(const char* stage) {
     if (observer_ && !capturing_) observer_->stage_end(stage, stream_);
   }
+  Status prepare_lightning();        // states, decays, workspace, shape checks (nothing without lightning layers)
+  Status prepare_attention_plans();
+  // lightning_run's arguments for lightning layer l on a step of `batch` sequences, the longest max_q_len.
+  kernels::LightningArgs lightning_args(int l, int batch, int max_q_len) const;  // the softmax layers' attention plans and shape checks
   Status run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out);
+  // Layer l's token mixer on the step's qkv projection (wide_); *o_in: the bf16 rows the o projection reads.
+  Status softmax_mixer(int l, int T, bool decode_only, int batch, int max_q_len, int max_seq_len, const void** o_in);
+  Status lightning_mixer(int l, int T, int batch, int max_q_len, const void** o_in);
   Status capture_graph(int batch);
   Status copy_inputs(const Step& step, bool decode_only, int* max_q_len, int* max_seq_len);
 
@@ -182,6 +211,20 @@ class CudaModel {
   float* final_norm_ = nullptr;
   kernels::DeviceLinear lm_head_;
   bool have_weights_ = false;
+  // muP (cuda_model.cc, prepare()): the residual stream holds h / stream_scale_, normalised with stream_eps_.
+  float stream_scale_ = 1.f;
+  float stream_eps_ = 1e-5f;
+  float* final_gamma_ = nullptr;   // final_norm_ / logit_divisor (final_norm_ itself when the divisor is 1)
+
+  // Lightning: [lightning layers][max_sequences][heads][d][d] in opt_.lightning_state_dtype, the per-head
+  // log-decays, the chunked form's scratch.
+  void* state_ = nullptr;
+  std::size_t state_bytes_ = 0;
+  float* log_decay_ = nullptr;     // [lightning_heads]
+  void* lightning_workspace_ = nullptr;
+  std::size_t lightning_workspace_bytes_ = 0;
+  float* light_out_ = nullptr;     // fp32 [T][lightning_q_dim]
+  int first_softmax_ = -1;         // a softmax layer (its KV arrays serve the attention plans), -1: none
 
   // KV: per layer K and V, [num_pages + 1][kv_heads][page_size][head_dim]; the last page is scratch.
   int num_pages_ = 0;
@@ -192,14 +235,14 @@ class CudaModel {
   int32_t* d_inputs_ = nullptr;    // one allocation, sections below
   int32_t *d_tokens_ = nullptr, *d_positions_ = nullptr, *d_kv_slot_ = nullptr, *d_seq_lens_ = nullptr,
           *d_q_offsets_ = nullptr, *d_prefix_lens_ = nullptr, *d_out_rows_ = nullptr, *d_block_table_ = nullptr,
-          *d_argmax_ = nullptr;
+          *d_argmax_ = nullptr, *d_seq_slots_ = nullptr;
   int32_t* h_inputs_ = nullptr;    // pinned mirror of d_inputs_
   size_t inputs_words_ = 0;
   float* residual_ = nullptr;      // [T][hidden]
   void* xn_ = nullptr;             // bf16 [T][max(hidden, intermediate)]
   void* wide_ = nullptr;           // bf16 [T][max(qkv, 2 intermediate)] (qkv, then gate|up)
-  void* q_ = nullptr;              // bf16 [T][q_dim]
-  void* attn_ = nullptr;           // bf16 [T][q_dim]
+  void* q_ = nullptr;              // bf16 [T][q_dim]; after attention, the gated output of a gated softmax layer
+  void* attn_ = nullptr;           // bf16 [T][max q_dim of any layer]
   float* logits_ = nullptr;        // [R][vocab]
   int32_t* h_argmax_ = nullptr;    // pinned [R]
   void* attn_workspace_ = nullptr;

@@ -90,10 +90,12 @@ TEST(RopeKvWrite, EveryKvDtypeMatchesTheTwinAndTouchesOnlyItsSlots) {
         slot.push_back((i * 37) % (pages * page));  // distinct: 37 and 96 are coprime
       }
     }
-    for (int variant = 0; variant < 5; ++variant) {  // each KV dtype with fp32 qkv, then bf16 qkv (bf16 KV)
-      const KvCacheDtype dt = variant == 4 ? KvCacheDtype::kBf16 : KvCacheDtype(variant);
-      const bool in_bf16 = variant == 4;
+    // Each KV dtype with fp32 qkv, then bf16 qkv (bf16 KV), then bf16 qkv without rotation (NoPE, fp8 KV).
+    for (int variant = 0; variant < 6; ++variant) {
+      const KvCacheDtype dt = variant == 4 ? KvCacheDtype::kBf16 : variant == 5 ? KvCacheDtype::kFp8E4M3 : KvCacheDtype(variant);
+      const bool in_bf16 = variant >= 4, rotate = variant != 5;
       SCOPED_TRACE(in_bf16 ? "bf16 qkv" : "fp32 qkv");
+      SCOPED_TRACE(rotate ? "rotated" : "NoPE");
       if (in_bf16)  // the twin runs on the same rounded values
         for (float& x : qkv) x = bf16_to_floats({f32_to_bf16(x)})[0];
       std::vector<uint16_t> qkv_b(qkv.size());
@@ -110,7 +112,7 @@ TEST(RopeKvWrite, EveryKvDtypeMatchesTheTwinAndTouchesOnlyItsSlots) {
       a.qkv = dqkv.p, a.qkv_bf16 = in_bf16, a.bias = db.as<float>(), a.q_out = dq.p, a.k_cache = dk.p, a.v_cache = dv.p;
       a.positions = dpos.as<int32_t>(), a.kv_slot = dslot.as<int32_t>(), a.tokens = T, a.n_heads = H;
       a.n_kv_heads = KVH, a.head_dim = hd, a.page_size = page, a.kv_dtype = dt, a.rope_theta = 500000.f;
-      a.k_scale = ks, a.v_scale = vs;
+      a.k_scale = ks, a.v_scale = vs, a.rotate = rotate;
       ASSERT_EQ(rope_kv_can_implement(a), "");
       dq.poison(), dk.poison(), dv.poison();
       KT_CUDA(rope_kv_write_run(a, nullptr));
@@ -121,7 +123,7 @@ TEST(RopeKvWrite, EveryKvDtypeMatchesTheTwinAndTouchesOnlyItsSlots) {
       for (int i = 0; i < T; ++i) {
         std::vector<float> row(qkv.begin() + int64_t(i) * width, qkv.begin() + int64_t(i + 1) * width);
         for (int c = 0; c < width; ++c) row[c] += bias[c];
-        rope_ref(row.data(), H, KVH, hd, pos[i], 500000.f);
+        rope_ref(row.data(), H, KVH, hd, pos[i], 500000.f, rotate);
         qref.insert(qref.end(), row.begin(), row.begin() + q_dim);
         qout.insert(qout.end(), q.begin() + int64_t(i) * q_dim, q.begin() + int64_t(i + 1) * q_dim);
         const int pg = slot[i] / page, sl = slot[i] % page;

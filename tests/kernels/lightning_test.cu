@@ -1,0 +1,315 @@
+// The lightning-attention kernels (kernels/lightning.cuh) against their CPU twins (kernels/lightning_ref.h) on
+// fresh random inputs, outputs poisoned: q/k norm + RoPE in place; the recurrence and the chunked prefill in
+// mixed batches (prefill and decode sequences, resets at start_pos 0, carried states, GQA) over several steps,
+// every chunk size, fp32 and bf16 states, both prefill forms (tensor cores, CUDA cores; and kAuto on rows the
+// tensor-core form cannot read); the output norm + gate; the can_implement messages.
+//
+// Tolerances, as ||gpu - twin|| / ||twin||: outputs and fp32 states 1e-4 (the same fp32 inputs; only the
+// order of fp32 sums differs from the twin's fp64 ones; the tensor-core form's bf16 hi + lo operands are exact
+// to 2^-16 of each value, 1.5e-5 of it); with a bf16 state 4e-3 (one bf16 step, 2^-8, where a
+// sum lands beside a rounding boundary); bf16 outputs of the fused ops 1e-2 (their final bf16 rounding).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kernels/lightning.cuh"
+#include "kernels/lightning_ref.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace soartune::kernels {
+namespace {
+
+using test::Dev;
+
+std::vector<float> bf16_values(const std::vector<uint16_t>& b) {
+  std::vector<float> f(b.size());
+  for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
+  return f;
+}
+
+// MiniCPM-SALA's decays: minus the ALiBi slopes 2^(-8 (i + 1) / heads).
+std::vector<float> alibi_log_decay(int heads) {
+  std::vector<float> g(heads);
+  for (int i = 0; i < heads; ++i) g[i] = -std::pow(2.f, -8.f * float(i + 1) / float(heads));
+  return g;
+}
+
+struct Shape {
+  int heads, kv_heads, d;
+};
+
+struct Seq {
+  int tokens, start_pos, slot;
+};
+
+// Per-slot states on the device (in the state dtype) and in the twin (fp32 holding the same values).
+struct States {
+  LightningStateDtype dtype;
+  int slots;
+  size_t elems;
+  std::vector<float> twin;
+  Dev dev;
+  States(LightningStateDtype dt, int n_slots, const Shape& sh, std::mt19937_64& rng)
+      : dtype(dt), slots(n_slots), elems(size_t(n_slots) * sh.heads * sh.d * sh.d),
+        dev(elems * lightning_state_bytes(dt)) {
+    // A nonzero start: a sequence that does not reset must carry it, one that does must drop it.
+    std::vector<uint16_t> bits;
+    test::random_bf16(rng, elems, 2.f, &bits, &twin);
+    if (dt == LightningStateDtype::kBf16) dev.upload(bits);
+    else dev.upload(twin);
+  }
+  std::vector<float> device_values() const {
+    if (dtype == LightningStateDtype::kBf16) return bf16_values(dev.download<uint16_t>(elems));
+    return dev.download<float>(elems);
+  }
+};
+
+const char* dtype_name(LightningStateDtype dt) { return dt == LightningStateDtype::kFp32 ? "fp32" : "bf16"; }
+
+const char* form_name(LightningPrefillForm f) {
+  return f == LightningPrefillForm::kAuto ? "auto" : f == LightningPrefillForm::kTensorCores ? "tensor cores" : "cuda cores";
+}
+
+// How a step is run: the prefill form, and the qkv row padding (8 keeps rows 16-byte aligned; an odd one sends
+// kAuto to the CUDA-core form).
+struct StepForm {
+  LightningPrefillForm form = LightningPrefillForm::kTensorCores;
+  int row_pad = 8;
+};
+
+// One step of `seqs` through lightning_run and the twin; compares the outputs and every slot's state.
+void check_step(const Shape& sh, const std::vector<Seq>& seqs, int chunk, const StepForm& sf, States* st,
+                std::mt19937_64& rng) {
+  const int width = (sh.heads + 2 * sh.kv_heads) * sh.d, stride = width + sf.row_pad;
+  std::vector<int32_t> offsets = {0}, starts, slots;
+  int max_tokens = 1;
+  for (const Seq& s : seqs) {
+    offsets.push_back(offsets.back() + s.tokens);
+    starts.push_back(s.start_pos), slots.push_back(s.slot);
+    max_tokens = std::max(max_tokens, s.tokens);
+  }
+  const int T = offsets.back(), B = int(seqs.size()), out_w = sh.heads * sh.d;
+  std::vector<uint16_t> bits;
+  std::vector<float> qkv;
+  test::random_bf16(rng, size_t(T) * stride, 1.f, &bits, &qkv);
+  const auto g = alibi_log_decay(sh.heads);
+  const float scale = 1.f / std::sqrt(float(sh.d));
+  Dev dqkv(bits.size() * 2), dout(size_t(T) * out_w * 4), doff(offsets.size() * 4), dstart(B * 4), dslot(B * 4),
+      dg(g.size() * 4);
+  dqkv.upload(bits), doff.upload(offsets), dstart.upload(starts), dslot.upload(slots), dg.upload(g);
+  dout.poison();
+  LightningArgs a;
+  a.qkv = dqkv.p, a.row_stride = stride, a.out = dout.as<float>(), a.state = st->dev.p, a.state_dtype = st->dtype;
+  a.slots = st->slots, a.q_offsets = doff.as<int32_t>(), a.start_pos = dstart.as<int32_t>();
+  a.seq_slots = dslot.as<int32_t>(), a.log_decay = dg.as<float>(), a.scale = scale, a.batch = B;
+  a.max_tokens = max_tokens, a.chunk = chunk, a.heads = sh.heads, a.kv_heads = sh.kv_heads, a.head_dim = sh.d;
+  a.prefill_form = sf.form;
+  ASSERT_EQ(lightning_can_implement(a), "");
+  ASSERT_EQ(lightning_workspace_bytes(T, B, sh.heads, sh.d, chunk), 0u);
+  KT_CUDA(lightning_run(a, nullptr));
+  KT_CUDA(cudaDeviceSynchronize());
+
+  std::vector<float> ref(size_t(T) * out_w, NAN);
+  LightningRefArgs r;
+  r.qkv = qkv.data(), r.row_stride = stride, r.out = ref.data(), r.state = st->twin.data();
+  r.bf16_state = st->dtype == LightningStateDtype::kBf16, r.q_offsets = offsets.data(), r.start_pos = starts.data();
+  r.seq_slots = slots.data(), r.log_decay = g.data(), r.scale = scale, r.batch = B, r.chunk = chunk;
+  r.heads = sh.heads, r.kv_heads = sh.kv_heads, r.head_dim = sh.d;
+  lightning_ref(r);
+
+  const double state_tol = st->dtype == LightningStateDtype::kBf16 ? 4e-3 : 1e-4;
+  const auto out = dout.download<float>(ref.size());
+  for (int s = 0; s < B; ++s) {
+    const std::vector<float> o(out.begin() + int64_t(offsets[s]) * out_w, out.begin() + int64_t(offsets[s + 1]) * out_w);
+    const std::vector<float> e(ref.begin() + int64_t(offsets[s]) * out_w, ref.begin() + int64_t(offsets[s + 1]) * out_w);
+    EXPECT_LT(test::normalized_error(o, e), state_tol) << "output of sequence " << s << " (" << seqs[s].tokens
+                                                       << " tokens, start_pos " << seqs[s].start_pos << ")";
+  }
+  const auto dev_state = st->device_values();
+  const size_t per_slot = size_t(sh.heads) * sh.d * sh.d;
+  for (int slot = 0; slot < st->slots; ++slot) {
+    const std::vector<float> o(dev_state.begin() + slot * per_slot, dev_state.begin() + (slot + 1) * per_slot);
+    const std::vector<float> e(st->twin.begin() + slot * per_slot, st->twin.begin() + (slot + 1) * per_slot);
+    const bool used = std::any_of(seqs.begin(), seqs.end(), [&](const Seq& s) { return s.slot == slot && s.tokens > 0; });
+    if (used) {
+      EXPECT_LT(test::normalized_error(o, e), state_tol) << "state of slot " << slot;
+    } else {
+      size_t changed = 0;
+      for (size_t i = 0; i < o.size(); ++i) changed += o[i] != e[i];
+      EXPECT_EQ(changed, 0u) << "values changed in slot " << slot << ", which no sequence of the step uses";
+    }
+  }
+  // Carry on from the twin's state, so that later steps compare one step's kernels, not accumulated drift.
+  if (st->dtype == LightningStateDtype::kBf16) {
+    std::vector<uint16_t> b(st->elems);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = f32_to_bf16(st->twin[i]);
+    st->dev.upload(b);
+  } else {
+    st->dev.upload(st->twin);
+  }
+}
+
+// A mixed step (a long prefill from scratch into a slot holding garbage, a decode carrying its state, a
+// prefill continuing a carried state, a decode at position 0), then three decode-only steps of all four.
+void mixed_batch_then_decode(const Shape& sh, int chunk, LightningStateDtype dt, int long_tokens,
+                             const StepForm& sf = {}) {
+  SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " d " + std::to_string(sh.d) +
+               " chunk " + std::to_string(chunk) + " state " + dtype_name(dt) + " prefill " + form_name(sf.form) +
+               " row pad " + std::to_string(sf.row_pad));
+  std::mt19937_64 rng(test::new_seed());
+  States st(dt, 6, sh, rng);
+  std::vector<Seq> seqs = {{long_tokens, 0, 3}, {1, 77, 0}, {chunk + 21, 300, 5}, {1, 0, 1}};
+  check_step(sh, seqs, chunk, sf, &st, rng);
+  for (int step = 0; step < 3; ++step) {
+    for (Seq& s : seqs) s.start_pos += s.tokens, s.tokens = 1;
+    check_step(sh, seqs, chunk, sf, &st, rng);
+  }
+}
+
+TEST(Lightning, TinySalaShapeEveryChunkSizeBothStateDtypes) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
+    for (const int chunk : {16, 32, 64, 128, 256})
+      for (const auto form : {LightningPrefillForm::kTensorCores, LightningPrefillForm::kCudaCores})
+        mixed_batch_then_decode({4, 4, 64}, chunk, dt, 3 * chunk + 5, {form, 8});
+}
+
+TEST(Lightning, AutoTakesCudaCoresOnRowsTensorCoresCannotRead) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  // Odd row padding: rows are not 16-byte aligned, so kAuto runs the CUDA-core form (and must be right).
+  mixed_batch_then_decode({4, 4, 64}, 64, LightningStateDtype::kFp32, 200, {LightningPrefillForm::kAuto, 3});
+  mixed_batch_then_decode({8, 2, 128}, 32, LightningStateDtype::kBf16, 100, {LightningPrefillForm::kAuto, 3});
+}
+
+TEST(Lightning, GroupedKvHeadsAtHeadDim128) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
+    for (const int chunk : {32, 64, 256})
+      for (const auto form : {LightningPrefillForm::kTensorCores, LightningPrefillForm::kCudaCores})
+        mixed_batch_then_decode({8, 2, 128}, chunk, dt, 2 * chunk + 70, {form, 8});
+}
+
+TEST(Lightning, ReleaseShapeLongPrefillThenDecode) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  // MiniCPM-SALA's lightning layers: 32 heads of 128, as many kv heads.
+  for (const auto form : {LightningPrefillForm::kAuto, LightningPrefillForm::kCudaCores}) {
+    mixed_batch_then_decode({32, 32, 128}, 64, LightningStateDtype::kFp32, 700, {form, 8});
+    mixed_batch_then_decode({32, 32, 128}, 128, LightningStateDtype::kBf16, 700, {form, 8});
+  }
+}
+
+TEST(Lightning, CanImplementNamesTheFieldAndItsValues) {
+  LightningArgs a;
+  int dummy = 0;
+  a.qkv = &dummy, a.state = &dummy, a.out = reinterpret_cast<float*>(&dummy);
+  a.q_offsets = &dummy, a.start_pos = &dummy, a.seq_slots = &dummy;
+  a.log_decay = reinterpret_cast<float*>(&dummy), a.slots = 1, a.batch = 1, a.heads = 4, a.kv_heads = 4;
+  a.head_dim = 64, a.row_stride = 12 * 64, a.chunk = 64;
+  EXPECT_EQ(lightning_can_implement(a), "");
+  a.head_dim = 96;
+  EXPECT_NE(lightning_can_implement(a).find("head_dim: must be 64 or 128"), std::string::npos);
+  a.head_dim = 64, a.chunk = 24;
+  EXPECT_NE(lightning_can_implement(a).find("chunk: must be a multiple of 16 in 16..256"), std::string::npos);
+  a.chunk = 64, a.kv_heads = 3;
+  EXPECT_NE(lightning_can_implement(a).find("heads / kv_heads"), std::string::npos);
+  a.kv_heads = 4, a.row_stride = 100;
+  EXPECT_NE(lightning_can_implement(a).find("row_stride"), std::string::npos);
+  a.row_stride = 12 * 64 + 2, a.prefill_form = LightningPrefillForm::kTensorCores;
+  EXPECT_NE(lightning_can_implement(a).find("prefill_form: tensor_cores needs qkv 16-byte aligned and row_stride a "
+                                            "multiple of 8"),
+            std::string::npos);
+  a.prefill_form = LightningPrefillForm::kCudaCores;
+  EXPECT_EQ(lightning_can_implement(a), "");
+  a.prefill_form = LightningPrefillForm::kAuto;
+  LightningQkArgs q;
+  q.qkv = &dummy, q.positions = &dummy, q.heads = 4, q.kv_heads = 4, q.head_dim = 512, q.row_stride = 8 * 512;
+  EXPECT_NE(lightning_qk_can_implement(q).find("head_dim: must be an even number in 2..256"), std::string::npos);
+  OutputGateArgs o;
+  o.attn = &dummy, o.out = &dummy, o.gate = &dummy, o.width = 256, o.gate_stride = 128;
+  EXPECT_NE(output_gate_can_implement(o).find("gate_stride"), std::string::npos);
+}
+
+TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
+  KT_SKIP_WITHOUT_GPU("lightning q/k norm + RoPE kernel");
+  std::mt19937_64 rng(test::new_seed());
+  for (const Shape sh : {Shape{4, 4, 64}, Shape{32, 32, 128}, Shape{8, 2, 128}})
+    for (const bool with_norm : {true, false}) {
+      SCOPED_TRACE("heads " + std::to_string(sh.heads) + " d " + std::to_string(sh.d) + (with_norm ? " norm" : ""));
+      const int T = 37, width = (sh.heads + 2 * sh.kv_heads) * sh.d, stride = width + 16;
+      std::vector<uint16_t> bits;
+      std::vector<float> vals;
+      test::random_bf16(rng, size_t(T) * stride, 3.f, &bits, &vals);
+      std::vector<float> gq(sh.d), gk(sh.d);
+      std::uniform_real_distribution<float> u(0.75f, 1.25f);
+      for (auto& x : gq) x = u(rng);
+      for (auto& x : gk) x = u(rng);
+      std::vector<int32_t> pos(T);
+      for (int i = 0; i < T; ++i) pos[i] = i < 5 ? i : int(rng() % 65536);
+      Dev dqkv(bits.size() * 2), dgq(sh.d * 4), dgk(sh.d * 4), dpos(T * 4);
+      dqkv.upload(bits), dgq.upload(gq), dgk.upload(gk), dpos.upload(pos);
+      LightningQkArgs a;
+      a.qkv = dqkv.p, a.row_stride = stride, a.q_norm = with_norm ? dgq.as<float>() : nullptr;
+      a.k_norm = with_norm ? dgk.as<float>() : nullptr, a.positions = dpos.as<int32_t>(), a.rope = true;
+      a.rope_theta = 10000.f, a.eps = 1e-6f, a.tokens = T, a.heads = sh.heads, a.kv_heads = sh.kv_heads;
+      a.head_dim = sh.d;
+      ASSERT_EQ(lightning_qk_can_implement(a), "");
+      KT_CUDA(lightning_qk_run(a, nullptr));
+      KT_CUDA(cudaDeviceSynchronize());
+      auto ref = vals;
+      lightning_qk_ref(ref.data(), stride, with_norm ? gq.data() : nullptr, with_norm ? gk.data() : nullptr,
+                       pos.data(), true, 10000.f, 1e-6f, T, sh.heads, sh.kv_heads, sh.d);
+      const auto got_bits = dqkv.download<uint16_t>(bits.size());
+      const auto got = bf16_values(got_bits);
+      std::vector<float> qk_got, qk_ref;
+      const int qk_w = (sh.heads + sh.kv_heads) * sh.d;
+      for (int t = 0; t < T; ++t) {
+        qk_got.insert(qk_got.end(), got.begin() + int64_t(t) * stride, got.begin() + int64_t(t) * stride + qk_w);
+        qk_ref.insert(qk_ref.end(), ref.begin() + int64_t(t) * stride, ref.begin() + int64_t(t) * stride + qk_w);
+        for (int c = qk_w; c < stride; ++c)
+          ASSERT_EQ(got_bits[int64_t(t) * stride + c], bits[int64_t(t) * stride + c]) << "v / padding changed, token " << t;
+      }
+      EXPECT_LT(test::normalized_error(qk_got, qk_ref), 1e-2);
+    }
+}
+
+TEST(OutputGate, NormOverTheRowAndSigmoidGateMatchTheTwin) {
+  KT_SKIP_WITHOUT_GPU("output norm + gate kernel");
+  std::mt19937_64 rng(test::new_seed());
+  for (const int width : {256, 4096})
+    for (const bool attn_bf16 : {false, true})
+      for (const bool norm : {true, false})
+        for (const bool gate : {true, false}) {
+          SCOPED_TRACE("width " + std::to_string(width) + (attn_bf16 ? " bf16" : " fp32") + (norm ? " norm" : "") +
+                       (gate ? " gate" : ""));
+          const int T = 9, gate_stride = 3 * width;  // the gate as a column block of a wider projection
+          std::vector<uint16_t> abits, gbits;
+          std::vector<float> attn, gv;
+          test::random_bf16(rng, size_t(T) * width, 4.f, &abits, &attn);
+          test::random_bf16(rng, size_t(T) * gate_stride, 6.f, &gbits, &gv);
+          std::vector<float> gamma(width);
+          std::uniform_real_distribution<float> u(0.75f, 1.25f);
+          for (auto& x : gamma) x = u(rng);
+          Dev dattn(attn.size() * 4), dgate(gbits.size() * 2), dgamma(width * 4), dout(size_t(T) * width * 2);
+          if (attn_bf16) dattn.upload(abits);
+          else dattn.upload(attn);
+          dgate.upload(gbits), dgamma.upload(gamma);
+          dout.poison();
+          OutputGateArgs a;
+          a.attn = dattn.p, a.attn_bf16 = attn_bf16, a.gate = gate ? dgate.p : nullptr, a.gate_stride = gate_stride;
+          a.gamma = norm ? dgamma.as<float>() : nullptr, a.out = dout.p, a.tokens = T, a.width = width;
+          ASSERT_EQ(output_gate_can_implement(a), "");
+          KT_CUDA(output_gate_run(a, nullptr));
+          KT_CUDA(cudaDeviceSynchronize());
+          std::vector<float> ref(size_t(T) * width);
+          output_gate_ref(attn.data(), gate ? gv.data() : nullptr, gate_stride, norm ? gamma.data() : nullptr, T, width,
+                          1e-6f, ref.data());
+          EXPECT_LT(test::normalized_error(bf16_values(dout.download<uint16_t>(ref.size())), ref), 1e-2);
+        }
+}
+
+}  // namespace
+}  // namespace soartune::kernels
