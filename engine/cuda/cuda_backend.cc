@@ -26,17 +26,6 @@ class CudaBackend final : public Backend {
 
   Status prepare(const BackendPlan& plan) override {
     if (!plan.weights) return Status::Invalid("plan.weights: no model weights given");
-    // Llama-family and MiniCPM-SALA layers (lightning, NoPE / gated softmax attention, muP) run here; the
-    // softmax layers' InfLLM-v2 sparse attention does not yet: a plan whose contexts reach the model's
-    // dense_len with sparse attention on is refused rather than silently run dense.
-    const ModelConfig& mc = plan.weights->config;
-    if (plan.launch.sparse_attention && mc.sparse.present && mc.softmax_layers() > 0 &&
-        plan.max_context >= mc.sparse.dense_len)
-      return Status::Invalid("launch.sparse_attention: the CUDA backend has no sparse attention kernels yet, and "
-                             "max_context " + std::to_string(plan.max_context) + " reaches the model's sparse_config "
-                             "dense_len " + std::to_string(mc.sparse.dense_len) +
-                             "; set launch.sparse_attention false (dense attention at every length) or keep "
-                             "contexts below dense_len, or use backend: cpu");
     const KvCacheDtype kv = plan.launch.kv_cache_dtype;
     if (kv != KvCacheDtype::kBF16 && kv != KvCacheDtype::kFP16 && kv != KvCacheDtype::kFP8E4M3 && kv != KvCacheDtype::kFP8E5M2)
       return core::disallowed(*core::find_knob("kv_cache_dtype"), kv_cache_dtype_name(kv), "launch.kv_cache_dtype");
@@ -60,6 +49,9 @@ class CudaBackend final : public Backend {
                                   ? kernels::LightningStateDtype::kBf16
                                   : kernels::LightningStateDtype::kFp32;
     o.lightning_chunk = plan.launch.lightning_chunk;
+    o.sparse_attention = plan.launch.sparse_attention;
+    o.sparse_topk = plan.launch.sparse_topk;
+    o.sparse_window = plan.launch.sparse_window;
     return model_->prepare(o);
   }
   int kv_pages() const override { return model_->kv_pages(); }

@@ -317,6 +317,14 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   for (const CudaLayer& L : layers_)
     for (const kn::DeviceLinear* d : {&L.qkv, &L.o, &L.gate_up, &L.down}) needs_copy(*d);
   SOARTUNE_STATUS_TRY(prepare_lightning());
+  {
+    // Sparse attention's compressed keys and workspace, before the KV pages (engine/cuda/sparse_layer.h).
+    auto sp = sparse_params_for(c, opt.sparse_attention, opt.sparse_topk, opt.sparse_window, opt.max_context);
+    if (!sp.ok()) return sp.status();
+    const SparseLayerShape sh{S, T, opt.max_context, c.heads, c.kv_heads, c.head_dim, opt.page_size, block_stride_,
+                              opt.kv_dtype, sm_count_, d_block_table_, d_q_offsets_, d_prefix_lens_, d_seq_slots_};
+    SOARTUNE_STATUS_TRY(sparse_.prepare(c, sp.value(), sh, A));
+  }
   needs_copy(lm_head_);
   if (scratch > 0) {
     SOARTUNE_STATUS_TRY(A(&gemm_.scratch, scratch));
@@ -373,7 +381,8 @@ Status CudaModel::prepare(const CudaOptions& opt) {
     return Status::Exhausted("launch.mem_fraction_pct: " + std::to_string(opt.mem_fraction_pct) + "% of " +
                              std::to_string(total_b >> 20) + " MiB is taken by the weights, the step buffers and " +
                              std::to_string(state_bytes_ >> 20) + " MiB of lightning states (" +
-                             std::to_string(S) + " slots)");
+                             std::to_string(S) + " slots) and " + std::to_string(sparse_attention_bytes() >> 20) +
+                             " MiB of sparse attention buffers");
   // Without softmax layers a page costs nothing (the scheduler still counts positions in pages).
   const int64_t fit = page_all_layers ? int64_t(budget / page_all_layers) - 1 : int64_t(1) << 30;
   const int64_t needed = int64_t(S) * block_stride_;
@@ -689,7 +698,12 @@ Status CudaModel::softmax_mixer(int l, int T, bool decode_only, int batch, int m
   ra.rope_theta = c.rope_theta;
   SOARTUNE_CUDA_TRY(kn::rope_kv_write_run(ra, stream_));
   stage_end("rope_kv_write");
-  if (decode_only) {
+  bool attended = false;  // by sparse attention (which also keeps its compressed keys when it does not attend)
+  if (sparse_.active())
+    SOARTUNE_STATUS_TRY(sparse_.run(l, q_, attn_, k_cache_[l], v_cache_[l], T, decode_only, batch, max_q_len,
+                                    max_seq_len, stream_, &attended));
+  if (attended) {
+  } else if (decode_only) {
     kn::DecodeAttentionArgs da;
     da.q = q_;
     da.out = attn_;
@@ -1076,6 +1090,7 @@ std::vector<KernelPlan> CudaModel::kernel_plans() const {
          {"tensor_cores", p.tensor_cores ? "yes" : "no"},
          {"threads", std::to_string(p.threads)}});
   }
+  for (KernelPlan& p : sparse_.kernel_plans()) out.push_back(std::move(p));
   // Prefill attention: the tiles are fixed by the knob and the shapes; the grid follows each step's query rows.
   auto it = prefill_plans_.find({prefill_shape_.batch, prefill_shape_.max_q_len});
   if (it != prefill_plans_.end()) {

@@ -5,7 +5,8 @@
 // Per layer: rmsnorm(+residual) -> qkv linear -> mixer -> o linear -> rmsnorm(+residual) -> gate|up linear ->
 //   SwiGLU -> down linear. Linears with <= 32 rows run the tensor-core GEMV (kernels/gemv.cuh), more rows run
 // cuBLAS (kernels/gemm.cuh). The mixer, by cfg.mixer(l):
-//   softmax:   RoPE (or NoPE) + KV write -> paged attention -> [output gate: attn * sigmoid(gate)]
+//   softmax:   RoPE (or NoPE) + KV write -> paged attention (InfLLM-v2 sparse attention from dense_len on,
+//              engine/cuda/sparse_layer.h) -> [output gate: attn * sigmoid(gate)]
 //   lightning: q/k norm + RoPE -> Simple GLA over the layer's per-slot states (kernels/lightning.cuh) ->
 //              output RMSNorm over all heads * sigmoid(z)
 // The output gate's (or z's) rows are fused into the qkv projection after v. MiniCPM-SALA's muP scalings:
@@ -24,6 +25,7 @@
 
 #include "core/worker_result.h"
 #include "engine/backend.h"
+#include "engine/cuda/sparse_layer.h"
 #include "engine/cuda/step_observer.h"
 #include "engine/model_config.h"
 #include "kernels/attention_decode.cuh"
@@ -96,6 +98,11 @@ struct CudaOptions {
   // Lightning layers (MiniCPM-SALA): the per-slot state's dtype and the prefill chunk.
   kernels::LightningStateDtype lightning_state_dtype = kernels::LightningStateDtype::kFp32;
   int lightning_chunk = 64;
+  // Softmax layers (MiniCPM-SALA): InfLLM-v2 sparse attention from the model's dense_len on, the launch's
+  // top-k / window over its sparse_config (0 = the model's); engine/cuda/sparse_layer.h.
+  bool sparse_attention = false;
+  int sparse_topk = 0;
+  int sparse_window = 0;
 };
 
 class CudaModel {
@@ -132,6 +139,9 @@ class CudaModel {
   // sequences: lightning_state_bytes_per_slot() each.
   std::size_t lightning_state_bytes() const { return state_bytes_; }
   std::size_t lightning_state_bytes_per_slot() const;
+  // Sparse attention's compressed keys (all softmax layers and slots) and workspace, allocated in prepare()
+  // before the KV pages are sized; 0 while the softmax layers stay dense.
+  std::size_t sparse_attention_bytes() const { return sparse_.compressed_key_bytes() + sparse_.workspace_bytes(); }
   // The kernel plans prepare() made: GEMV variant and grid per linear and row count, the cuBLAS rows,
   // decode attention's splits per batch, prefill attention's tiles.
   std::vector<KernelPlan> kernel_plans() const;
@@ -224,7 +234,8 @@ class CudaModel {
   void* lightning_workspace_ = nullptr;
   std::size_t lightning_workspace_bytes_ = 0;
   float* light_out_ = nullptr;     // fp32 [T][lightning_q_dim]
-  int first_softmax_ = -1;         // a softmax layer (its KV arrays serve the attention plans), -1: none
+  int first_softmax_ = -1;
+  SparseAttentionLayers sparse_;   // the softmax layers' sparse attention (inactive: dense)         // a softmax layer (its KV arrays serve the attention plans), -1: none
 
   // KV: per layer K and V, [num_pages + 1][kv_heads][page_size][head_dim]; the last page is scratch.
   int num_pages_ = 0;
