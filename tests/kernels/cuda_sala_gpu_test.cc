@@ -1,8 +1,8 @@
 // The CUDA engine on MiniCPM-SALA: the shared tiny-sala model (official checkpoint format, random bf16 weights)
 // against its independent fp32 reference outputs. bf16 teacher-forced top-1, greedy continuations (exact up
 // to a recorded near-tie), decode step by step against one prefill (the lightning recurrence and CUDA graphs
-// against the chunked form), fp8 KV and 4-bit weights ordered by bits, both lightning state dtypes, and the
-// refusal of sparse attention, which the CUDA backend does not implement yet.
+// against the chunked form), fp8 KV and 4-bit weights ordered by bits, both lightning state dtypes. Sparse
+// attention: cuda_sala_sparse_gpu_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -285,33 +285,6 @@ TEST(CudaSala, LightningStatesAreAllocatedPerSlotAndReported) {
     EXPECT_GE(bytes / per_slot, 12) << "slots";
     EXPECT_GE(static_cast<long long>(e->backend().peak_memory_bytes()), bytes);
   }
-}
-
-TEST(CudaSala, SparseAttentionAboveDenseLenIsRefusedDenseRuns) {
-  SKIP_WITHOUT_CUDA_SALA();
-  const int dense_len = sala().config.sparse.dense_len;
-  ASSERT_TRUE(sala().config.sparse.present);
-  {
-    EngineOptions o;
-    o.max_context = dense_len;
-    auto b = make_cuda_backend(0);
-    ASSERT_TRUE(b.ok());
-    auto e = Engine::create(std::move(b).value(), sala(), o);
-    ASSERT_FALSE(e.ok());
-    EXPECT_NE(e.status().message.find("launch.sparse_attention"), std::string::npos) << e.status().message;
-    EXPECT_NE(e.status().message.find(std::to_string(dense_len)), std::string::npos) << e.status().message;
-  }
-  EngineOptions o;
-  o.max_context = dense_len;
-  o.launch.sparse_attention = false;  // dense at every length
-  o.launch.max_running_requests = 2;
-  auto b = make_cuda_backend(0);
-  ASSERT_TRUE(b.ok());
-  auto e = Engine::create(std::move(b).value(), sala(), o);
-  ASSERT_TRUE(e.ok()) << e.status().message;
-  ASSERT_TRUE(e.value()->add_request({5, 6, 7, 8}, 4).ok());
-  ASSERT_TRUE(e.value()->run_until_idle().ok());
-  EXPECT_EQ(e.value()->take_finished().size(), 1u);
 }
 
 }  // namespace
