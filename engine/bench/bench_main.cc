@@ -6,7 +6,8 @@
 //   to multiply m rows by a layer's weights side by side: the fused-dequantisation GEMV and the GEMM.
 //   --only sala: synthetic:minicpm-sala-9b (decode at batch 1, 8, 64 with bf16 and int4 g128 weights, prefill
 //   of 4k and 60k tokens) beside synthetic:llama3-8b (the same decode, 4k prefill), against the H200's
-//   datasheet rooflines (bench_sala below).
+//   datasheet rooflines (bench_sala below). --only sala_sparse: minicpm-sala-9b at 60k tokens, softmax layers
+//   dense against InfLLM-v2 sparse (bench_sala_sparse below).
 // Output: a table on stdout, and one JSON object per row to --json (for scripts/device-run.sh).
 #include <CLI/CLI.hpp>
 #include <cublas_v2.h>
@@ -465,6 +466,51 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant) {
   }
 }
 
+// --only sala_sparse: synthetic:minicpm-sala-9b (bf16 weights) at a 60000-token context with its softmax layers
+// dense, then InfLLM-v2 sparse (its sparse_config: dense_len 8192, topk 64, 2048-token window;
+// engine/cuda/sparse_layer.h): one 60000-token prefill step in slot 0, then decode steps at that context at
+// batch 1 and 8 (slot 0 holds the prefill's KV and compressed keys; slots 1..7 fill_kv_random's KV and zero
+// compressed keys, which attend as many blocks). Medians of forward() and of graph replays.
+void bench_sala_sparse(int reps) {
+  auto cr = st::engine::synthetic_config("minicpm-sala-9b");
+  check(cr.status(), "synthetic_config");
+  const st::engine::ModelConfig cfg = cr.value();
+  const int len = 60000;
+  const Format fm{"bf16", kn::WeightFormat::kBf16, 0};
+  double prefill_ms[2] = {}, decode_ms[2][2] = {}, graph_ms[2][2] = {};
+  for (int sparse = 0; sparse < 2; ++sparse) {
+    auto m = std::make_unique<st::engine::cuda::CudaModel>();
+    check(m->init(0), "init");
+    check(eb::generate_weights(*m, cfg, {fm.format, fm.group, 1, fm.lm_head}), "generate");
+    st::engine::cuda::CudaOptions o;
+    o.max_sequences = 8;
+    o.max_output_rows = 8;
+    o.max_step_tokens = len;
+    o.max_context = len;
+    o.cuda_graph_max_bs = 8;
+    o.sparse_attention = sparse == 1;
+    check(m->prepare(o), "prepare");
+    if (sparse) std::printf("sparse attention buffers: %.1f MB\n", double(m->sparse_attention_bytes()) / 1e6);
+    check(eb::fill_kv_random(*m, 13), "fill kv");
+    const std::string tag = sparse ? "sala sparse" : "sala dense";
+    prefill_ms[sparse] = time_prefill(*m, len, 2, tag + " prefill " + std::to_string(len));
+    for (int i = 0; i < 2; ++i)
+      decode_ms[sparse][i] = time_decode(*m, i ? 8 : 1, len, reps, tag + " decode b" + std::to_string(i ? 8 : 1),
+                                         &graph_ms[sparse][i]);
+  }
+  std::printf("minicpm-sala-9b bf16, context %d: softmax layers dense vs sparse (ms, median)\n", len);
+  std::printf("%-26s %10s %10s %8s\n", "step", "dense", "sparse", "ratio");
+  std::printf("%-26s %10.2f %10.2f %8.2f\n", "prefill 60000 tokens", prefill_ms[0], prefill_ms[1],
+              prefill_ms[1] / prefill_ms[0]);
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = i ? "8" : "1";
+    std::printf("%-26s %10.3f %10.3f %8.2f\n", ("decode b" + b + " forward").c_str(), decode_ms[0][i], decode_ms[1][i],
+                decode_ms[1][i] / decode_ms[0][i]);
+    std::printf("%-26s %10.3f %10.3f %8.2f\n", ("decode b" + b + " graph replay").c_str(), graph_ms[0][i],
+                graph_ms[1][i], graph_ms[1][i] / graph_ms[0][i]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -473,7 +519,7 @@ int main(int argc, char** argv) {
   std::string only = "all";
   int reps = 20;
   app.add_option("--model", model, "synthetic:<preset>");
-  app.add_option("--only", only, "all | decode | prefill | long | variants | linear | sala");
+  app.add_option("--only", only, "all | decode | prefill | long | variants | linear | sala | sala_sparse");
   app.add_option("--reps", reps, "timed repetitions (median reported)");
   app.add_option("--json", g_json_path, "append one JSON object per result to this file");
   std::vector<std::string> only_weights;
@@ -505,7 +551,7 @@ int main(int argc, char** argv) {
   const Ceilings ceil = measure_ceilings();
   std::printf("device %s, %d SMs; measured copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", prop.name,
               prop.multiProcessorCount, ceil.copy_gbs, ceil.bf16_tflops);
-  if (only != "sala") std::printf("model %s: %lld parameters\n", model.c_str(), (long long)cfg.parameter_count());
+  if (only != "sala" && only != "sala_sparse") std::printf("model %s: %lld parameters\n", model.c_str(), (long long)cfg.parameter_count());
   std::printf("%-10s %-8s %-9s %5s %6s %10s %10s %8s %s\n", "what", "weights", "kv", "batch", "ctx", "ms", "roofline",
               "gap", "bound");
   {
@@ -516,6 +562,10 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (only == "sala_sparse") {  // minicpm-sala-9b, whatever --model says
+    bench_sala_sparse(reps);
+    return 0;
+  }
   if (only == "sala") {  // both models, whatever --model says (bench_sala)
     bench_sala(reps, no_profile, gemv_variant);
     return 0;

@@ -73,6 +73,10 @@ Status SparseAttentionLayers::prepare(const ModelConfig& cfg, const std::optiona
     void* p = nullptr;
     Status s = alloc(&p, per_layer);
     if (!s.ok()) return s;
+    // Zeros: a slot's windows are written before any query reads them; zeros only keep a never-filled slot (a
+    // benchmark's decode over random KV) from feeding NaN bit patterns to the scores.
+    if (cudaMemset(p, 0, per_layer) != cudaSuccess)
+      return Status::Internal(kn::cuda_error_message(cudaGetLastError(), "cudaMemset(compressed keys)", __FILE__, __LINE__));
     ck_[size_t(l)] = static_cast<float*>(p);
     ck_bytes_ += per_layer;
     if (first < 0) first = l;
