@@ -160,6 +160,25 @@ if want sala_bench; then
   grep -E '^(sala|llama)_|^device|error|failed' "$OUT/sala_bench.txt" | tee -a "$summary"
 fi
 
+# InfLLM-v2 sparse attention in the CUDA engine (engine/cuda/sparse_layer.h): its tests on tiny-sala (dense_len
+# lowered to 1024; against the CPU backend, all blocks kept against dense, knobs, memory; needs --with-sala-gz),
+# then synthetic:minicpm-sala-9b at 60k tokens, dense vs sparse (soartune-bench --only sala_sparse).
+# Bundle with BUNDLE_EXES="soartune_cuda_model_tests soartune-bench" and --with-sala-gz.
+if want sala_sparse; then
+  if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
+    SOARTUNE_SHARED_DIR="$bundle/shared" timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+      --gtest_filter='CudaSalaSparse.*' >"$OUT/sala_sparse_tests.log" 2>&1
+    note "sala sparse tests (gpu, tiny-sala): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/sala_sparse_tests.log" | tr '\n' ' ')"
+    grep -E '^(CUDA|CPU|all blocks|knobs|the selection)|^\[  FAILED|Failure|Expected|Which is|error' \
+      "$OUT/sala_sparse_tests.log" | head -40 | tee -a "$summary"
+  else
+    note "sala sparse tests: skipped (bundle made without --with-sala-gz)"
+  fi
+  timeout 150 "$bin/soartune-bench" --only sala_sparse --reps "${SALA_REPS:-10}" >"$OUT/sala_sparse_bench.txt" 2>&1
+  note "soartune-bench --only sala_sparse: rc=$?"
+  grep -E '^(minicpm|step|prefill|decode|sparse attention)|error|failed' "$OUT/sala_sparse_bench.txt" | tee -a "$summary"
+fi
+
 if want bench; then
   # BENCH_ONLY narrows it to one part (decode, prefill, long, variants), to fit a call's time.
   timeout 300 "$bin/soartune-bench" --only "${BENCH_ONLY:-all}" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
