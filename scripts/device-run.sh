@@ -11,8 +11,8 @@
 #       --with-sala-gz adds the shared tiny-sala model (MiniCPM-SALA, 19 MB as a gzip tarball) for the `sala` step.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: sala, sala_bench, timing, lightning, sparse, decode, ncu_decode,
-#       ncu_gemv, sass, tables, job8b, sala_job) and writes
+#       tests sanitizer model bench peer e2e; also: sala, sala_bench, sala_sparse, timing, lightning, sparse, decode,
+#       ncu_decode, ncu_gemv, sass, tables, job8b, sala_job) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
