@@ -36,7 +36,7 @@ if [[ "$mode" == "bundle" ]]; then
   rm -rf "$bundle"
   mkdir -p "$bundle/bin" "$bundle/lib"
   # (A worktree's .git is a file: ask git where the exclude file is.)
-  exclude="$(git -C "$here" rev-parse --git-path info/exclude 2>/dev/null || echo "$here/.git/info/exclude")"
+  exclude="$(git -C "$here" rev-parse --path-format=absolute --git-path info/exclude 2>/dev/null || echo "$here/.git/info/exclude")"
   grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >>"$exclude"
   # BUNDLE_EXES narrows the set (the tree plus carried files must stay under the device's 64 MiB).
   exes="${BUNDLE_EXES:-soartune_kernel_gpu_tests soartune_kernel_unit_tests soartune_cuda_model_tests soartune-bench soartune-worker soartuned soartune}"
