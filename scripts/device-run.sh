@@ -39,7 +39,9 @@ if [[ "$mode" == "bundle" ]]; then
   done
   rm -rf "$bundle"
   mkdir -p "$bundle/bin" "$bundle/lib"
-  grep -qx '/.device/' "$here/.git/info/exclude" 2>/dev/null || echo '/.device/' >>"$here/.git/info/exclude"
+  # (A worktree's .git is a file: ask git where the exclude file is.)
+  exclude="$(git -C "$here" rev-parse --path-format=absolute --git-path info/exclude 2>/dev/null || echo "$here/.git/info/exclude")"
+  grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >>"$exclude"
   # BUNDLE_EXES narrows the set (the tree plus carried files must stay under the device's 64 MiB).
   exes="${BUNDLE_EXES:-soartune_kernel_gpu_tests soartune_kernel_unit_tests soartune_cuda_model_tests soartune-bench soartune-worker soartuned soartune}"
   for exe in $exes; do
