@@ -117,6 +117,10 @@ Result<WorkerResult> read(const json& j) {
       r.integer(*q, "held_out_skipped", "quantization.held_out_skipped", out.quantization.held_out_skipped);
       r.boolean(*q, "cached", "quantization.cached", out.quantization.cached, false);
       r.number(*q, "seconds", "quantization.seconds", out.quantization.seconds, false);
+      r.string(*q, "solver", "quantization.solver", out.quantization.solver, false);
+      const std::string& solver = out.quantization.solver;
+      if (!solver.empty() && solver != "cpu" && solver != "cuda")
+        r.fail("quantization.solver", "'" + solver + "' is not one of cpu, cuda");
     }
   }
   if (r.problem) return Status::Invalid(*r.problem);
@@ -143,6 +147,7 @@ std::string to_json(const WorkerResult& r) {
                            {"held_out_skipped", r.quantization.held_out_skipped},
                            {"cached", r.quantization.cached},
                            {"seconds", r.quantization.seconds}};
+    if (!r.quantization.solver.empty()) j["quantization"]["solver"] = r.quantization.solver;
     j["peak_memory_bytes"] = r.peak_memory_bytes;
     j["timings_s"] = {{"load", r.load_s}, {"accuracy", r.accuracy_s}, {"tiers", r.tiers_s}};
   }

@@ -53,6 +53,7 @@ struct QuantizationFacts {
   int64_t held_out_skipped = 0;    // gptq: calibration rows left out because their prompt is a measured row's
   bool cached = false;             // gptq: weights read from the job's quantised-weights cache
   double seconds = 0;
+  std::string solver;              // gptq computed in this trial: "cpu" | "cuda"; empty otherwise
 };
 
 // A kernel choice the engine made for one op and shape (tiles, splits, variant, grid), as the plan step

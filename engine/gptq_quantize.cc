@@ -1,6 +1,7 @@
 #include "engine/gptq_quantize.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -77,28 +78,52 @@ MatF attention(const MatF& q, const MatF& k, const MatF& v, const ModelConfig& c
 
 // H = 2 X^T X / n: accumulated in fp32 (a symmetric rank-n update, half a GEMM) as the reference
 // implementation does, handed on in fp64 for the Cholesky factorisations.
-std::vector<double> hessian(const MatF& x) {
+std::vector<double> hessian(const Eigen::Map<const MatF>& x) {
   Eigen::MatrixXf h = Eigen::MatrixXf::Zero(x.cols(), x.cols());
   h.selfadjointView<Eigen::Lower>().rankUpdate(x.transpose(), 2.f / static_cast<float>(x.rows()));
   const Eigen::MatrixXd full = h.selfadjointView<Eigen::Lower>().toDenseMatrix().cast<double>();
   return std::vector<double>(full.data(), full.data() + full.size());   // symmetric: storage order does not matter
 }
 
-Status quantize_group(const MatF& x, std::initializer_list<std::pair<QuantizedLinear*, int>> linears, int group_size,
-                      const GptqOptions& options) {
-  std::vector<double> h;
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The reference: H in fp32 by Eigen, then each linear by gptq_quantize_linear (fp64).
+class CpuGptqSolver final : public GptqSolver {
+ public:
+  std::string name() const override { return "cpu"; }
+  Status quantize_group(const float* x, int tokens, int in, std::span<const GptqLinear> linears, int group_size,
+                        const GptqOptions& options) override {
+    if (linears.empty()) return Status::Ok();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<double> h = hessian(Eigen::Map<const MatF>(x, tokens, in));
+    seconds_.hessian += seconds_since(t0);
+    ++seconds_.hessians;
+    for (const GptqLinear& l : linears)
+      if (Status s = gptq_quantize_linear(*l.linear, l.bits, group_size, h, options, &seconds_); !s.ok()) return s;
+    return Status::Ok();
+  }
+};
+
+Status quantize_group(GptqSolver& solver, const MatF& x, std::initializer_list<std::pair<QuantizedLinear*, int>> linears,
+                      int group_size, const GptqOptions& options) {
+  std::vector<GptqLinear> todo;
   for (const auto& [l, bits] : linears) {
     if (bits == 16 || l->out == 0) continue;
     if (Status s = check_quantizable(*l, bits, group_size); !s.ok()) return s;
-    if (h.empty()) h = hessian(x);
-    if (Status s = gptq_quantize_linear(*l, bits, group_size, h, options); !s.ok()) return s;
+    todo.push_back({l, bits});
   }
-  return Status::Ok();
+  if (todo.empty()) return Status::Ok();
+  return solver.quantize_group(x.data(), static_cast<int>(x.rows()), static_cast<int>(x.cols()), todo, group_size, options);
 }
 
 }  // namespace
 
-Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::vector<double> hessian_in, const GptqOptions& options) {
+std::unique_ptr<GptqSolver> make_cpu_gptq_solver() { return std::make_unique<CpuGptqSolver>(); }
+
+Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::vector<double> hessian_in, const GptqOptions& options,
+                            GptqStageSeconds* seconds) {
   if (bits == 16) return Status::Ok();
   if (Status s = check_quantizable(l, bits, group_size); !s.ok()) return s;
   const int n = l.in, rows = l.out, qmax = (1 << (bits - 1)) - 1;
@@ -123,6 +148,7 @@ Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::v
     for (int g = 0; g < groups; ++g)
       l.scales[static_cast<std::size_t>(o) * groups + g] =
           quant_scale(static_cast<float>(w.row(o).segment(g * gsize, gsize).cwiseAbs().maxCoeff()), bits);
+  auto t_stage = std::chrono::steady_clock::now();
   const double damp = options.damp_pct / 100.0 * h.diagonal().mean();
   h.diagonal().array() += damp;
   Eigen::LLT<Eigen::MatrixXd> llt(h);
@@ -133,6 +159,8 @@ Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::v
   Eigen::LLT<Eigen::MatrixXd> llt_inv(hinv);
   if (llt_inv.info() != Eigen::Success) return Status::Internal("gptq: the inverse Hessian has no Cholesky factor");
   const Eigen::MatrixXd u = llt_inv.matrixU();   // hinv = U^T U; row j of U holds the update weights of column j
+  if (seconds) seconds->cholesky += seconds_since(t_stage);
+  t_stage = std::chrono::steady_clock::now();
 
   l.q.assign(static_cast<std::size_t>(rows) * n, 0);
   const int block = std::max(1, options.block);
@@ -155,6 +183,10 @@ Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::v
     // ... and, at once, over every column after the block.
     if (j1 + count < n) w.rightCols(n - j1 - count).noalias() -= err * u.block(j1, j1 + count, count, n - j1 - count);
   }
+  if (seconds) {
+    seconds->columns += seconds_since(t_stage);
+    ++seconds->linears;
+  }
   l.bits = bits;
   l.group_size = group_size;
   l.w16.clear();
@@ -163,7 +195,7 @@ Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::v
 }
 
 Status gptq_quantize_model(ModelWeights& w, const LaunchConfig& launch, const std::vector<std::vector<int32_t>>& calibration,
-                           const GptqOptions& options) {
+                           const GptqOptions& options, GptqSolver* solver_in) {
   const ModelConfig& c = w.config;
   if (c.has_lightning() || c.attn_output_gate || !c.attn_use_rope || c.embed_scale != 1.f || c.residual_scale != 1.f ||
       c.logit_divisor != 1.f)
@@ -191,30 +223,33 @@ Status gptq_quantize_model(ModelWeights& w, const LaunchConfig& launch, const st
       for (int i = 0; i < c.hidden; ++i) h(static_cast<Eigen::Index>(t), i) = row[static_cast<std::size_t>(i)];
     }
   }
+  std::unique_ptr<GptqSolver> cpu;
+  if (!solver_in) cpu = make_cpu_gptq_solver();
+  GptqSolver& solver = solver_in ? *solver_in : *cpu;
   const int g = launch.weight_group_size;
   for (int i = 0; i < n; ++i) {
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
     const int ab = launch.weight_bits_for(i, n, ProjKind::kAttn), mb = launch.weight_bits_for(i, n, ProjKind::kMlp);
     const MatF xa = rms_norm(h, l.attn_norm, c.rms_eps);
-    if (Status s = quantize_group(xa, {{&l.wq, ab}, {&l.wk, ab}, {&l.wv, ab}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, xa, {{&l.wq, ab}, {&l.wk, ab}, {&l.wv, ab}}, g, options); !s.ok()) return s;
     MatF q = linear(xa, l.wq), k = linear(xa, l.wk);
     const MatF v = linear(xa, l.wv);
     rope(q, pos, c.head_dim, c.rope_theta);
     rope(k, pos, c.head_dim, c.rope_theta);
     const MatF ao = attention(q, k, v, c, seqs);
-    if (Status s = quantize_group(ao, {{&l.wo, ab}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, ao, {{&l.wo, ab}}, g, options); !s.ok()) return s;
     h += linear(ao, l.wo);
     const MatF xm = rms_norm(h, l.mlp_norm, c.rms_eps);
-    if (Status s = quantize_group(xm, {{&l.w_gate, mb}, {&l.w_up, mb}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, xm, {{&l.w_gate, mb}, {&l.w_up, mb}}, g, options); !s.ok()) return s;
     const MatF gate = linear(xm, l.w_gate), up = linear(xm, l.w_up);
     MatF act(gate.rows(), gate.cols());
     act.array() = gate.array() / (1.f + (-gate.array()).exp()) * up.array();
-    if (Status s = quantize_group(act, {{&l.w_down, mb}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, act, {{&l.w_down, mb}}, g, options); !s.ok()) return s;
     h += linear(act, l.w_down);
   }
   if (launch.lm_head_bits < 16) {
     const MatF xf = rms_norm(h, w.final_norm, c.rms_eps);
-    if (Status s = quantize_group(xf, {{&w.lm_head, launch.lm_head_bits}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, xf, {{&w.lm_head, launch.lm_head_bits}}, g, options); !s.ok()) return s;
   }
   return Status::Ok();
 }

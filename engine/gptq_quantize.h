@@ -11,6 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "core/launch_config.h"
@@ -24,11 +27,50 @@ struct GptqOptions {
   int block = 128;         // columns per lazy-update block (changes speed only, not the result beyond rounding)
 };
 
-// Quantises `w` (16-bit) under `launch` (bits per projection as quantize_model) with calibration sequences.
+// Where a solver's time went, summed over its calls (seconds): the Hessians from the activations, the Cholesky
+// factor of each damped inverse Hessian, the column sweeps, and (GPU) host <-> device copies.
+struct GptqStageSeconds {
+  double hessian = 0, cholesky = 0, columns = 0, transfer = 0;
+  int hessians = 0, linears = 0;
+};
+
+// One linear to quantise and its width (4 or 8; already checked by check_quantizable).
+struct GptqLinear {
+  QuantizedLinear* linear = nullptr;
+  int bits = 16;
+};
+
+// The numeric work of GPTQ for the linears that share one input: H from the input, then each linear's codes and
+// scales. The CPU solver (Eigen, below) is the reference; engine/cuda/gptq_cuda.h runs the same algorithm on the
+// GPU (cuBLAS / cuSOLVER) for the worker when a trial runs on CUDA. Both give the same scales and, but for codes
+// at rounding ties, the same codes.
+class GptqSolver {
+ public:
+  virtual ~GptqSolver() = default;
+  virtual std::string name() const = 0;   // "cpu" | "cuda"
+  // x: [tokens][in] row-major fp32, the common input of every linear in `linears`.
+  virtual Status quantize_group(const float* x, int tokens, int in, std::span<const GptqLinear> linears, int group_size,
+                                const GptqOptions& options) = 0;
+  const GptqStageSeconds& seconds() const { return seconds_; }
+
+ protected:
+  GptqStageSeconds seconds_;
+};
+
+std::unique_ptr<GptqSolver> make_cpu_gptq_solver();
+
+// The GPU solver on device `device_index` (engine/cuda/gptq_cuda.cc, target soartune_engine_cuda). Fails with
+// kFailedPrecondition when no device can be used; builds without engine/cuda link engine/cuda_backend_stub.cc,
+// which fails with "CUDA backend not built".
+Result<std::unique_ptr<GptqSolver>> make_cuda_gptq_solver(int device_index = 0);
+
+// Quantises `w` (16-bit) under `launch` (bits per projection as quantize_model) with calibration sequences;
+// `solver` null: the CPU one. The forward pass between layers runs on the CPU either way.
 Status gptq_quantize_model(ModelWeights& w, const LaunchConfig& launch, const std::vector<std::vector<int32_t>>& calibration,
-                           const GptqOptions& options = {});
+                           const GptqOptions& options = {}, GptqSolver* solver = nullptr);
 
 // One linear from 16-bit to `bits` with `group_size` given its input Hessian H [in][in] (row-major, fp64).
-Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::vector<double> hessian, const GptqOptions& options);
+Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::vector<double> hessian, const GptqOptions& options,
+                            GptqStageSeconds* seconds = nullptr);
 
 }  // namespace soartune::engine

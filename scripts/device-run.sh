@@ -12,7 +12,7 @@
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
 #       tests sanitizer model bench peer e2e; also: sala, sala_bench, sala_sparse, timing, lightning, sparse, decode,
-#       ncu_decode, ncu_gemv, sass, tables, job8b, sala_job) and writes
+#       ncu_decode, ncu_gemv, sass, tables, job8b, sala_job, gptq) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
@@ -53,12 +53,12 @@ if [[ "$mode" == "bundle" ]]; then
     echo "bundle: $exe from $src"
     cp "$src" "$bundle/bin/"
     strip "$bundle/bin/$exe" 2>/dev/null || true
-    # Non-system libraries: everything but glibc, the C++ runtime, the driver and cuBLAS (taken from the
-    # GPU machine's CUDA, which matches the driver there).
+    # Non-system libraries: everything but glibc, the C++ runtime, the driver, cuBLAS and cuSOLVER with what it
+    # loads (cuSPARSE, nvJitLink): taken from the GPU machine's CUDA, which matches the driver there.
     ldd "$src" | awk '/=> \// {print $3}' | while read -r lib; do
       base="$(basename "$lib")"
       case "$base" in
-        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcuda.so*|libcublas*.so*) continue ;;
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcuda.so*|libcublas*.so*|libcusolver*.so*|libcusparse*.so*|libnvJitLink*.so*) continue ;;
       esac
       [[ -e "$bundle/lib/$base" ]] || { cp -L "$lib" "$bundle/lib/"; strip --strip-unneeded "$bundle/lib/$base" 2>/dev/null || true; }
     done
@@ -102,7 +102,14 @@ steps=("$@")
 want() { local s; for s in "${steps[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
 
 cublas_dir="$(dirname "$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")"
-export LD_LIBRARY_PATH="$bundle/lib:${cublas_dir}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# cuSOLVER (GPTQ on the GPU) and the libraries it loads: the toolkit's, else the ones PyTorch's wheels carry.
+cuda_lib_dirs=""
+for lib in libcusolver.so.12 libcusparse.so.12 libnvJitLink.so.13; do
+  found="$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
+    -name "$lib*" 2>/dev/null | head -1)"
+  [[ -n "$found" ]] && cuda_lib_dirs="${cuda_lib_dirs}:$(dirname "$found")"
+done
+export LD_LIBRARY_PATH="$bundle/lib:${cublas_dir}${cuda_lib_dirs}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 bin="$bundle/bin"
 summary="$OUT/summary.txt"
 [[ -n "${APPEND_SUMMARY:-}" ]] || : >"$summary"
@@ -112,7 +119,7 @@ note() { echo "$*" | tee -a "$summary"; }
   date -u
   git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo "commit unknown"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu --format=csv
-  echo "cublas from: $cublas_dir"
+  echo "cublas from: $cublas_dir; cusolver and its libraries from: ${cuda_lib_dirs#:}"
   ldd "$bin/soartune-bench" 2>&1 | grep -E 'not found|cublas|cudart' || true
 } >"$OUT/device.txt" 2>&1
 note "device: $(sed -n 4p "$OUT/device.txt")"
@@ -305,6 +312,40 @@ if want sass; then
     note "sass: $(grep -c 'Function :' "$OUT/sass.txt") functions matching ${SASS_FUN:-gemv_kernel}"
   else
     note "cuobjdump: not found"
+  fi
+fi
+
+# GPTQ on the GPU: the GPU-vs-CPU tests (tests/kernels/gptq_cuda_gpu_test.cc), the quantisation time of every
+# linear of synthetic:llama3-8b (soartune-gptq-bench; GPTQ_ARGS adds options, e.g. --lm-head), and, when the
+# worker is bundled, a gptq trial on the cuda backend (its result must say solver cuda).
+if want gptq; then
+  if [[ -x "$bin/soartune_cuda_model_tests" ]]; then
+    timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no --gtest_filter='GptqCuda.*' >"$OUT/gptq_tests.log" 2>&1
+    note "gptq tests (gpu vs cpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/gptq_tests.log" | tr '\n' ' ')"
+    grep -E 'codes differ|Failure|^\[  FAILED' "$OUT/gptq_tests.log" | head -24 | tee -a "$summary"
+  fi
+  if [[ -x "$bin/soartune-gptq-bench" ]]; then
+    timeout 300 "$bin/soartune-gptq-bench" ${GPTQ_ARGS:-} >"$OUT/gptq_bench.txt" 2>&1
+    note "soartune-gptq-bench ${GPTQ_ARGS:-}: rc=$?"
+    grep -vE '^layer ' "$OUT/gptq_bench.txt" | tail -12 | tee -a "$summary"
+  fi
+  if [[ -x "$bin/soartune-worker" ]]; then
+    cat >"$OUT/gptq_trial.yaml" <<'YAML'
+model: synthetic:tiny
+backend: cuda
+seed: 1
+launch: {weight_bits: 4, weight_group_size: 64, quant_method: gptq}
+workload:
+  name: gptq-cuda
+  requests:
+    - {name: a, input_len: 16, output_len: 8, count: 2}
+tiers: [1]
+accuracy: {set: synthetic, samples: 4, prompt_len: 32, continuation_len: 16}
+calibration: {samples: 8}
+YAML
+    timeout 120 "$bin/soartune-worker" --trial "$OUT/gptq_trial.yaml" >"$OUT/gptq_worker.json" 2>"$OUT/gptq_worker.log"
+    note "gptq worker trial (backend cuda): rc=$? $(grep -o '"quantization":{[^}]*}' "$OUT/gptq_worker.json")"
+    grep -E 'gptq' "$OUT/gptq_worker.log" | tail -3 | tee -a "$summary"
   fi
 fi
 

@@ -154,7 +154,7 @@ Result<AccuracyResult> proxy_accuracy(const TrialSpec& trial, const BackendChoic
   // Quantised as the trial says (GPTQ included), with the proxy's own calibration rows and cache entry.
   TrialSpec on_proxy = trial;
   on_proxy.model = trial.accuracy.model;
-  auto quantised = quantize_for_trial(weights, on_proxy);
+  auto quantised = quantize_for_trial(weights, on_proxy, choice.kind);
   if (!quantised.ok()) return give_up(quantised.status(), is_config_error(quantised.status()));
   auto engine = engine_for(trial.launch, weights);
   if (!engine.ok()) return give_up(engine.status(), is_config_error(engine.status()));
@@ -263,11 +263,12 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   }
 
   const auto t_quant = std::chrono::steady_clock::now();
-  auto quantised = quantize_for_trial(weights, trial);
+  auto quantised = quantize_for_trial(weights, trial, choice.kind);
   if (!quantised.ok()) return fail(quantised.status(), is_config_error(quantised.status()));
   if (quantised.value().method == "gptq")
     spdlog::info("quantised by gptq in {:.1f} s ({} calibration sequences{})", quantised.value().seconds,
-                 quantised.value().calibration_sequences, quantised.value().cached ? ", from the cache" : "");
+                 quantised.value().calibration_sequences,
+                 quantised.value().cached ? ", from the cache" : ", solver " + quantised.value().solver);
   options.launch = trial.launch;
   if (kv_sequences)
     options.kv_pages = std::min(kv_sequences, trial.launch.max_running_requests) * pages_for(options.max_context, trial.launch.kv_page_size);
@@ -332,7 +333,8 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   result.device = engine.backend().device();
   result.engine_build = std::string(SOARTUNE_VERSION) + "+" + SOARTUNE_GIT_COMMIT;
   result.quantization = {quantised.value().method, quantised.value().calibration_sequences,
-                         quantised.value().held_out_skipped, quantised.value().cached, quantised.value().seconds};
+                         quantised.value().held_out_skipped, quantised.value().cached, quantised.value().seconds,
+                         quantised.value().solver};
   result.peak_memory_bytes = static_cast<int64_t>(engine.backend().peak_memory_bytes());
   result.load_s = load_s;
   result.accuracy_s = accuracy_s;

@@ -80,7 +80,7 @@ bool quantises(const LaunchConfig& l, int layers) {
 
 }  // namespace
 
-Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& t) {
+Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& t, const std::string& backend) {
   const auto t0 = std::chrono::steady_clock::now();
   QuantizeReport r;
   r.method = t.launch.quant_method;
@@ -113,7 +113,20 @@ Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& t) {
     spdlog::info("gptq: {} calibration rows left out: their prompts are measured rows", r.held_out_skipped);
   GptqOptions options;
   options.damp_pct = t.calibration.damp_pct;
-  if (Status s = gptq_quantize_model(w, t.launch, rows.value().sequences, options); !s.ok()) return s;
+  std::unique_ptr<GptqSolver> solver;
+  if (backend == "cuda") {
+    auto gpu = make_cuda_gptq_solver(0);
+    if (gpu.ok())
+      solver = std::move(gpu).value();
+    else
+      spdlog::warn("gptq: on the CPU, the GPU solver cannot start: {}", gpu.status().message);
+  }
+  if (!solver) solver = make_cpu_gptq_solver();
+  r.solver = solver->name();
+  if (Status s = gptq_quantize_model(w, t.launch, rows.value().sequences, options, solver.get()); !s.ok()) return s;
+  const GptqStageSeconds& st = solver->seconds();
+  spdlog::info("gptq on the {}: {} linears, hessians {:.2f} s, cholesky {:.2f} s, columns {:.2f} s, copies {:.2f} s", r.solver,
+               st.linears, st.hessian, st.cholesky, st.columns, st.transfer);
   if (!dir.empty()) {
     if (Status s = save_quantized(w, r.cache_file, key); !s.ok()) spdlog::warn("gptq: not cached: {}", s.message);
   }

@@ -15,6 +15,7 @@ namespace soartune::engine::worker {
 
 struct QuantizeReport {
   std::string method;          // rtn | gptq
+  std::string solver;          // gptq computed here: "cpu" | "cuda" (empty: rtn, or read from the cache)
   bool cached = false;         // gptq: read from the cache
   std::string cache_file;      // gptq: where it is (or was written); empty when no cache dir is known
   int calibration_sequences = 0;
@@ -29,6 +30,8 @@ struct CalibrationRows {
 };
 Result<CalibrationRows> calibration_sequences(const TrialSpec& trial, int vocab);
 
-Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& trial);
+// `backend`: what the trial runs on, "cpu" or "cuda". On "cuda" GPTQ runs on the GPU (engine/cuda/gptq_cuda.cc)
+// when a device can be used, else on the CPU; the report says which.
+Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& trial, const std::string& backend);
 
 }  // namespace soartune::engine::worker

@@ -29,7 +29,8 @@ int write_or_throw(const std::string& trial_path, const std::string& dir) {
     return fail("model: " + t.model + " has no source checkpoint to copy the tokenizer and 16-bit tensors from; allowed: hf:<dir>");
   auto w = load_model(t.model, t.seed);
   if (!w.ok()) return fail(w.status().message);
-  auto q = quantize_for_trial(w.value(), t);
+  // The solver the measuring run took (it falls back to the CPU where no GPU can be used).
+  auto q = quantize_for_trial(w.value(), t, t.backend == "cpu" ? "cpu" : "cuda");
   if (!q.ok()) return fail(q.status().message);
   GptqWriteOptions options;
   options.quantizer = std::string("soartune:") + SOARTUNE_VERSION;

@@ -136,6 +136,31 @@ TEST(GptqModel, W4G128AgreesWithSixteenBitMoreThanRtn) {
   EXPECT_GE(a_gptq, a_rtn + 4.0);
 }
 
+// The solver interface: the model's default is the CPU solver, which counts the work it did per stage (the
+// GPU solver, tests/kernels/gptq_cuda_gpu_test.cc, is held to its results).
+TEST(GptqModel, TheCpuSolverIsTheDefaultAndCountsItsStages) {
+  auto base = load_model("synthetic:tiny", 3);
+  ASSERT_TRUE(base.ok()) << base.status().message;
+  std::vector<std::vector<int32_t>> calibration = {{1, 5, 9, 13, 17, 21, 25, 29}, {2, 4, 8, 16, 32, 64}};
+  LaunchConfig w4;
+  w4.weight_bits = 4;
+  w4.weight_group_size = 64;
+  ModelWeights a = base.value(), b = base.value();
+  ASSERT_TRUE(gptq_quantize_model(a, w4, calibration).ok());
+  auto cpu = make_cpu_gptq_solver();
+  ASSERT_TRUE(gptq_quantize_model(b, w4, calibration, {}, cpu.get()).ok());
+  EXPECT_EQ(cpu->name(), "cpu");
+  const int layers = static_cast<int>(a.layers.size());
+  EXPECT_EQ(cpu->seconds().linears, 7 * layers);    // q, k, v, o, gate, up, down
+  EXPECT_EQ(cpu->seconds().hessians, 4 * layers);   // one per input: q/k/v, o, gate/up, down
+  EXPECT_GT(cpu->seconds().cholesky, 0.0);
+  for (int i = 0; i < layers; ++i) {
+    EXPECT_EQ(a.layers[i].wq.q, b.layers[i].wq.q);
+    EXPECT_EQ(a.layers[i].w_down.q, b.layers[i].w_down.q);
+    EXPECT_EQ(a.layers[i].w_down.scales, b.layers[i].w_down.scales);
+  }
+}
+
 TEST(GptqModel, RefusesMiniCpmSala) {
   auto w = load_model("synthetic:tiny-sala");
   ASSERT_TRUE(w.ok()) << w.status().message;

@@ -169,6 +169,8 @@ TEST(Worker, GptqNeverCalibratesOnAMeasuredRow) {
   EXPECT_EQ(facts(r)["method"], "gptq");
   EXPECT_EQ(facts(r)["calibration_sequences"], 3);   // rows 10, 11, 12
   EXPECT_EQ(facts(r)["held_out_skipped"], 2);        // rows 1 and 3
+  // Computed in this trial, on the trial's own backend (cpu without a GPU, cuda with one).
+  EXPECT_EQ(facts(r)["solver"], nlohmann::json::parse(r.out)["backend"]);
 
   r = run_worker(gptq_trial(4, "calibration: {samples: 8}\n"));   // the accuracy set after its 4 measured rows
   ASSERT_EQ(r.rc, 0) << r.out;
