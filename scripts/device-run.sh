@@ -463,16 +463,14 @@ if want tables; then
   fi
 fi
 
-# The 8B shape through soartuned (issue 21): configs/jobs/h200-llama3-8b-mf.yaml (multi-fidelity, accuracy on the
-# tiny model as a proxy), the daemon run from .device/run so that the job's ../shared paths name the bundle's
-# model; the CLI's views of the finished job and the wall time from submission to the end. JOB8B_SPEC submits
-# another job file instead (e.g. a CPU job, to check the step's plumbing without a GPU).
-if want job8b; then
-  {
-    work="$(mktemp -d)"
-    port=51000 ; port=$((port + RANDOM % 1000))
-    mkdir -p "$bundle/run"
-    cat >"$work/daemon.yaml" <<YAML
+# A daemon for the job steps: soartuned on a free port in a fresh directory, run from .device/run so that a job's
+# ../shared paths name the bundle's models; sets $port and $dpid, and cli() talks to it. $1 names its log.
+start_job_daemon() {
+  local work
+  work="$(mktemp -d)"
+  port=$(( $2 + RANDOM % 1000 ))
+  mkdir -p "$bundle/run"
+  cat >"$work/daemon.yaml" <<YAML
 listen: 127.0.0.1:$port
 database: $work/soartune.db
 worker: $bin/soartune-worker
@@ -482,10 +480,20 @@ work_dir: $work/trials
 data_roots: [$bundle, $here/configs]
 log_level: info
 YAML
-    (cd "$bundle/run" && exec "$bin/soartuned" --config "$work/daemon.yaml") >"$OUT/job8b_daemon.log" 2>&1 &
-    dpid=$!
-    sleep 2
-    cli() { timeout 30 "$bin/soartune" --addr 127.0.0.1:$port "$@"; }
+  (cd "$bundle/run" && exec "$bin/soartuned" --config "$work/daemon.yaml") >"$OUT/$1_daemon.log" 2>&1 &
+  dpid=$!
+  sleep 2
+}
+cli() { timeout 30 "$bin/soartune" --addr 127.0.0.1:$port "$@"; }
+stop_job_daemon() { kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; }
+
+# The 8B shape through soartuned (issue 21): configs/jobs/h200-llama3-8b-mf.yaml (multi-fidelity, accuracy on the
+# tiny model as a proxy), the daemon run from .device/run so that the job's ../shared paths name the bundle's
+# model; the CLI's views of the finished job and the wall time from submission to the end. JOB8B_SPEC submits
+# another job file instead (e.g. a CPU job, to check the step's plumbing without a GPU).
+if want job8b; then
+  {
+    start_job_daemon job8b 51000
     t0=$(date +%s.%N)
     job="$(cli submit "${JOB8B_SPEC:-$here/configs/jobs/h200-llama3-8b-mf.yaml}" 2>&1 | tail -1)"
     echo "submitted: $job"
@@ -510,8 +518,7 @@ for t in json.load(open(sys.argv[1]))["trials"]:
           f"{t['relative_accuracy']:.2f}% (proxy {t['accuracy_proxy']}) gate {t['gate']} score {t['score']:.2f}"
           f"{'  QUANTISED' if quant else ''}{'  CLEARS THE GATE' if quant and t['gate'] > 0 and t['fidelity'] >= 1 else ''}")
 PY
-    kill "$dpid" 2>/dev/null
-    wait "$dpid" 2>/dev/null
+    stop_job_daemon
   } >"$OUT/job8b.log" 2>&1
   note "job8b: $(grep -E 'job wall time|watch rc' "$OUT/job8b.log" | tr '\n' ' ') $(grep -c 'CLEARS THE GATE' "$OUT/job8b.log") quantised full runs clear the gate"
 fi
@@ -524,23 +531,7 @@ fi
 # file (e.g. the same job on the CPU backend and synthetic:tiny-sala, to check the step without a GPU).
 if want sala_job; then
   {
-    work="$(mktemp -d)"
-    port=52000 ; port=$((port + RANDOM % 1000))
-    mkdir -p "$bundle/run"
-    cat >"$work/daemon.yaml" <<YAML
-listen: 127.0.0.1:$port
-database: $work/soartune.db
-worker: $bin/soartune-worker
-parallel_trials: 1
-devices: [cuda:0]
-work_dir: $work/trials
-data_roots: [$bundle, $here/configs]
-log_level: info
-YAML
-    (cd "$bundle/run" && exec "$bin/soartuned" --config "$work/daemon.yaml") >"$OUT/sala_job_daemon.log" 2>&1 &
-    dpid=$!
-    sleep 2
-    cli() { timeout 30 "$bin/soartune" --addr 127.0.0.1:$port "$@"; }
+    start_job_daemon sala_job 52000
     t0=$(date +%s.%N)
     job="$(cli submit "${SALA_JOB_SPEC:-$here/configs/jobs/h200-minicpm-sala-9b.yaml}" 2>&1 | tail -1)"
     echo "submitted: $job"
@@ -566,8 +557,7 @@ YAML
       grep -qE "^  $k: " "$OUT/sala_job_export.yaml" 2>/dev/null || missing="$missing $k"
     done
     echo "export knobs: ${missing:+MISSING$missing}${missing:-all SALA knobs present}"
-    kill "$dpid" 2>/dev/null
-    wait "$dpid" 2>/dev/null
+    stop_job_daemon
   } >"$OUT/sala_job.log" 2>&1
   note "sala_job: $(grep -E '^job wall time|^watch rc|^job state|^export knobs|SUCCEEDED \(|FAILED' "$OUT/sala_job.log" | tr '\n' ' ')"
 fi
