@@ -351,10 +351,13 @@ fi
 
 if want sanitizer; then
   if command -v compute-sanitizer >/dev/null; then
-    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
-      --gtest_color=no >"$OUT/sanitizer.log" 2>&1
+    # SANITIZER_FILTER narrows it to some tests (e.g. 'Lightning*:SparseAttention*' for new kernels) and
+    # SANITIZER_TOOL picks another tool (racecheck, synccheck, initcheck).
+    timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool "${SANITIZER_TOOL:-memcheck}" --error-exitcode 9 \
+      "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter="${SANITIZER_FILTER:-*}" >"$OUT/sanitizer.log" 2>&1
     rc=$?
-    note "compute-sanitizer memcheck on kernel tests: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+    note "compute-sanitizer ${SANITIZER_TOOL:-memcheck} on kernel tests ${SANITIZER_FILTER:-}: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+    grep -E '^========= (Invalid|Race|Barrier|Uninitialized|Program hit|    at )' "$OUT/sanitizer.log" | head -12 | tee -a "$summary"
   else
     note "compute-sanitizer: not found"
   fi
