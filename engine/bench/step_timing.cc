@@ -64,7 +64,9 @@ class StageEvents final : public cuda::StepObserver {
 
 Status profile_step(cuda::CudaModel& model, const Step& step, std::vector<std::pair<std::string, double>>* stages) {
   StageEvents events;
-  Status s = events.init(size_t(model.config().layers) * 12 + 16);  // a layer has at most 9 stages
+  // A layer has at most 10 stages (a gated softmax layer: rmsnorm, qkv, rope_kv_write, attention, output_gate,
+  // o, rmsnorm, gate_up, swiglu, down).
+  Status s = events.init(size_t(model.config().layers) * 12 + 16);
   if (!s.ok()) return s;
   std::vector<int32_t> argmax(step.output_rows.size());
   StepOutput out;

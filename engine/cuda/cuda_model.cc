@@ -408,7 +408,10 @@ Status CudaModel::prepare(const CudaOptions& opt) {
     if (!ne.empty()) return Status::Invalid("model: RMSNorm: " + ne);
   }
 
-  SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
+  // The whole device, not only stream_: the zeroing above (lightning states, sparse attention's compressed
+  // keys, the step inputs) and the pageable weight copies ran on the legacy default stream, which a
+  // non-blocking stream does not wait for; the first step must see them done.
+  SOARTUNE_CUDA_TRY(cudaDeviceSynchronize());
   if (opt.cuda_graphs) {
     const int max_bs = std::min({opt.cuda_graph_max_bs, S, T, R});
     for (int b = 1; b <= max_bs; ++b) SOARTUNE_STATUS_TRY(capture_graph(b));

@@ -152,7 +152,8 @@ class CudaModel {
   const ModelConfig& config() const { return cfg_; }
   const CudaOptions& options() const { return opt_; }
   cudaStream_t stream() const { return stream_; }
-  // Bytes of weights one decode step reads (all linears, lm_head, norms).
+  // Bytes of weights one decode step reads: every linear and lm_head, codes and scales (the embedding rows a
+  // step gathers and the norm vectors are not counted).
   std::size_t weight_bytes() const { return weight_bytes_; }
 
  private:
@@ -192,9 +193,9 @@ class CudaModel {
     if (observer_ && !capturing_) observer_->stage_end(stage, stream_);
   }
   Status prepare_lightning();        // states, decays, workspace, shape checks (nothing without lightning layers)
-  Status prepare_attention_plans();
+  Status prepare_attention_plans();  // the softmax layers' attention plans and shape checks
   // lightning_run's arguments for lightning layer l on a step of `batch` sequences, the longest max_q_len.
-  kernels::LightningArgs lightning_args(int l, int batch, int max_q_len) const;  // the softmax layers' attention plans and shape checks
+  kernels::LightningArgs lightning_args(int l, int batch, int max_q_len) const;
   Status run_layers(int T, bool decode_only, int batch, int max_q_len, int max_seq_len, int rows_out);
   // Layer l's token mixer on the step's qkv projection (wide_); *o_in: the bf16 rows the o projection reads.
   Status softmax_mixer(int l, int T, bool decode_only, int batch, int max_q_len, int max_seq_len, const void** o_in);
@@ -234,8 +235,8 @@ class CudaModel {
   void* lightning_workspace_ = nullptr;
   std::size_t lightning_workspace_bytes_ = 0;
   float* light_out_ = nullptr;     // fp32 [T][lightning_q_dim]
-  int first_softmax_ = -1;
-  SparseAttentionLayers sparse_;   // the softmax layers' sparse attention (inactive: dense)         // a softmax layer (its KV arrays serve the attention plans), -1: none
+  int first_softmax_ = -1;         // a softmax layer (its KV arrays serve the attention plans), -1: none
+  SparseAttentionLayers sparse_;   // the softmax layers' sparse attention (inactive: dense)
 
   // KV: per layer K and V, [num_pages + 1][kv_heads][page_size][head_dim]; the last page is scratch.
   int num_pages_ = 0;

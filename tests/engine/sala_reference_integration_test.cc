@@ -10,12 +10,15 @@
 
 #include "engine/engine.h"
 #include "engine/model_loader.h"
+#include "single_sequence.h"
 #include "tiny_model.h"
 
 namespace soartune::engine {
 namespace {
 
+using testing::random_ids;
 using testing::read_jsonl;
+using testing::SingleSequence;
 using testing::tiny_sala_dir;
 
 const ModelWeights& sala() {
@@ -61,45 +64,12 @@ ReferenceLogits read_reference_logits() {
   return r;
 }
 
-// The backend driven directly, one sequence in slot 0, so every position's logits can be read.
-class SingleSequence {
- public:
-  explicit SingleSequence(const ModelWeights& w, int max_context = 256, int threads = 2) : c_(w.config) {
-    BackendPlan plan;
-    plan.weights = &w;
-    plan.launch.kv_cache_dtype = KvCacheDtype::kFP32;
-    plan.max_sequences = 2;
-    plan.max_step_tokens = max_context;
-    plan.max_output_rows = max_context;
-    plan.max_context = max_context;
-    backend_ = make_cpu_backend(threads);
-    const Status s = backend_->prepare(plan);
-    EXPECT_TRUE(s.ok()) << s.message;
-    page_size_ = plan.launch.kv_page_size;
-    for (int p = 0; p < backend_->kv_pages(); ++p) pages_.push_back(p);
-  }
-
-  // Feeds tokens at positions pos0.. (after pos0 tokens already fed), returning every row's logits.
-  std::vector<float> feed(const std::vector<int32_t>& tokens, int pos0, std::vector<float>* residual = nullptr) {
-    const int T = static_cast<int>(tokens.size());
-    std::vector<int32_t> positions(static_cast<std::size_t>(T)), rows(static_cast<std::size_t>(T)), argmax(static_cast<std::size_t>(T));
-    for (int t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = pos0 + t, rows[static_cast<std::size_t>(t)] = t;
-    StepSequence seq{0, 0, T, pos0, std::span<const int32_t>(pages_)};
-    Step step{tokens, positions, std::span<const StepSequence>(&seq, 1), rows, pos0 > 0 && T == 1 ? 1 : 0};
-    std::vector<float> logits(static_cast<std::size_t>(T) * c_.vocab);
-    if (residual) residual->assign(static_cast<std::size_t>(c_.layers + 1) * T * c_.hidden, 0.f);
-    StepOutput out{argmax, logits, residual ? std::span<float>(*residual) : std::span<float>()};
-    const Status s = backend_->forward(step, out);
-    EXPECT_TRUE(s.ok()) << s.message;
-    return logits;
-  }
-
- private:
-  ModelConfig c_;
-  std::unique_ptr<Backend> backend_;
-  int page_size_ = 16;
-  std::vector<int32_t> pages_;
-};
+// The backend driven directly, one sequence in slot 0, so every position's logits can be read: fp32 KV.
+SingleSequence single_sequence(const ModelWeights& w, int max_context = 256, int threads = 2) {
+  LaunchConfig l;
+  l.kv_cache_dtype = KvCacheDtype::kFP32;
+  return SingleSequence(make_cpu_backend(threads), w, l, /*slot=*/0, max_context);
+}
 
 TEST(SalaReference, LogitsAndResidualStreamMatchFp32Reference) {
   SKIP_WITHOUT_TINY_SALA();
@@ -108,7 +78,7 @@ TEST(SalaReference, LogitsAndResidualStreamMatchFp32Reference) {
   ASSERT_EQ(ref.ids_shape, (std::vector<int64_t>{4, 64}));
   ASSERT_EQ(ref.logits_shape, (std::vector<int64_t>{4, 64, c.vocab}));
   ASSERT_EQ(ref.residual_shape, (std::vector<int64_t>{c.layers + 1, 64, c.hidden}));
-  SingleSequence run(sala());
+  SingleSequence run = single_sequence(sala());
   double worst = 0;
   for (int b = 0; b < 4; ++b) {
     std::vector<int32_t> ids(ref.input_ids.begin() + b * 64, ref.input_ids.begin() + (b + 1) * 64);
@@ -141,11 +111,9 @@ TEST(SalaReference, DecodeStepByStepEqualsOneFullPrefill) {
   SKIP_WITHOUT_TINY_SALA();
   // 150 tokens: prefill chunks of 64 inside the lightning layers cross two chunk boundaries; decode crosses
   // the KV pages of the softmax layers.
-  std::vector<int32_t> ids;
-  uint32_t x = 12345;
-  for (int i = 0; i < 150; ++i) ids.push_back(2 + static_cast<int32_t>((x = x * 1103515245u + 12345u) >> 8) % 4094);
+  const std::vector<int32_t> ids = random_ids(150, 12345, 4094);
   const int V = sala().config.vocab;
-  SingleSequence full(sala()), stepwise(sala());
+  SingleSequence full = single_sequence(sala()), stepwise = single_sequence(sala());
   const std::vector<float> want = full.feed(ids, 0);
   std::vector<float> got = stepwise.feed(std::vector<int32_t>(ids.begin(), ids.begin() + 100), 0);
   for (int p = 100; p < 150; ++p) {

@@ -1,27 +1,15 @@
 // The whole CUDA engine on the shared tiny model (tiny-llama-bpe4k) against the independent fp32
 // implementation's outputs: teacher-forced top-1 through both prefill paths (cuBLAS for long chunks, the
-// GEMV for chunks of <= 32 rows), and greedy continuations through the decode path (GEMV, split-KV decode
+// GEMV for chunks of <= 8 rows of bf16 weights), and greedy continuations through the decode path (GEMV, split-KV decode
 // attention, CUDA graphs) with sequences joining and leaving mid-flight.
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <set>
 #include <string>
 
-// The shared test assets: $SOARTUNE_SHARED_DIR when set (the device machine carries a copy), else the build's.
-inline std::string soartune_shared_dir_at_run_time() {
-  const char* e = std::getenv("SOARTUNE_SHARED_DIR");
-  return e && *e ? e : SOARTUNE_SHARED_DIR_BUILD;
-}
-#define SOARTUNE_SHARED_DIR soartune_shared_dir_at_run_time()
-
 #include "core/kernel_variants.h"
-#include "engine/backend.h"
-#include "engine/engine.h"
-#include "engine/model_loader.h"
-#include "engine/quantize.h"
-#include "tests/engine/tiny_model.h"
+#include "tests/kernels/cuda_engine_test_util.h"
 
 namespace soartune::engine {
 namespace {
@@ -29,85 +17,40 @@ namespace {
 using testing::read_jsonl;
 using testing::tiny_model_dir;
 
-bool have_cuda() { return make_cuda_backend(0).ok(); }
+const ModelWeights& tiny() { return testing::loaded_model(tiny_model_dir()); }
 
-#define SKIP_WITHOUT_CUDA() \
-  if (!have_cuda()) GTEST_SKIP() << "no usable CUDA device on this machine: the CUDA engine is not run"
-
-const ModelWeights& tiny() {
-  static const ModelWeights w = [] {
-    auto r = load_model("hf:" + tiny_model_dir());
-    EXPECT_TRUE(r.ok()) << r.status().message;
-    return r.ok() ? std::move(r).value() : ModelWeights{};
-  }();
-  return w;
-}
-
-// The tiny model's weights rewritten for l's weight bits (a copy; 16-bit stays as loaded).
-ModelWeights weights_for(const LaunchConfig& l) {
-  ModelWeights w = tiny();
-  const Status s = quantize_model(w, l);
-  EXPECT_TRUE(s.ok()) << s.message;
-  return w;
-}
-
-std::unique_ptr<Engine> make_engine(const LaunchConfig& l) {
-  EngineOptions o;
-  o.launch = l;
-  o.max_context = 256;
-  auto b = make_cuda_backend(0);
-  EXPECT_TRUE(b.ok()) << b.status().message;
-  auto e = Engine::create(std::move(b).value(), weights_for(l), o);
-  EXPECT_TRUE(e.ok()) << e.status().message;
-  return e.ok() ? std::move(e).value() : nullptr;
-}
+std::unique_ptr<Engine> make_engine(const LaunchConfig& l) { return testing::make_cuda_engine(tiny(), l, 256); }
 
 double teacher_forced_agreement(const LaunchConfig& l, int samples) {
   const auto rows = read_jsonl(tiny_model_dir() + "/eval_public.jsonl");
   auto engine = make_engine(l);
   if (!engine) return 0;
-  std::vector<std::vector<int32_t>> want;
-  for (int i = 0; i < samples; ++i) {
-    const auto& r = rows[static_cast<std::size_t>(i)];
-    EXPECT_TRUE(engine->add_teacher_forced(r["prompt_ids"].get<std::vector<int32_t>>(),
-                                           r["continuation_ids"].get<std::vector<int32_t>>()).ok());
-    want.push_back(r["hf_fp32_teacher_forced_top1"].get<std::vector<int32_t>>());
-  }
-  const Status s = engine->run_until_idle();
-  EXPECT_TRUE(s.ok()) << s.message;
-  auto done = engine->take_finished();
-  EXPECT_EQ(done.size(), want.size());
-  int64_t match = 0, total = 0;
-  for (const auto& f : done) {
-    const auto& w = want[static_cast<std::size_t>(f.id)];
-    EXPECT_EQ(f.output.size(), w.size());
-    for (std::size_t i = 0; i < std::min(w.size(), f.output.size()); ++i) match += f.output[i] == w[i];
-    total += static_cast<int64_t>(w.size());
-  }
-  return total ? 100.0 * match / total : 0;
+  return testing::teacher_forced_agreement(
+      *engine, std::vector<nlohmann::json>(rows.begin(), rows.begin() + samples), "hf_fp32_teacher_forced_top1");
+}
+
+// Teacher-forced agreement through prefill chunks of up to `budget` tokens, `running` sequences at once.
+double chunked_agreement(const char* what, int budget, int running, int page_size, int samples) {
+  LaunchConfig l;
+  l.max_prefill_tokens = budget;
+  l.max_running_requests = running;
+  l.kv_page_size = page_size;
+  const double pct = teacher_forced_agreement(l, samples);
+  std::printf("CUDA bf16, %s: teacher-forced top-1 agreement %.2f%%\n", what, pct);
+  return pct;
 }
 
 TEST(CudaModel, TeacherForcedTop1MatchesFp32ReferenceThroughCublasPrefill) {
   SKIP_WITHOUT_CUDA();
   SKIP_WITHOUT_TINY_MODEL();
-  LaunchConfig l;
-  l.max_prefill_tokens = 2048;
-  l.max_running_requests = 16;
-  const double pct = teacher_forced_agreement(l, 64);
-  std::printf("CUDA bf16, cuBLAS prefill: teacher-forced top-1 agreement %.2f%%\n", pct);
-  EXPECT_GE(pct, 99.0);
+  EXPECT_GE(chunked_agreement("cuBLAS prefill", 2048, 16, 16, 64), 99.0);
 }
 
 TEST(CudaModel, TeacherForcedTop1MatchesFp32ReferenceThroughGemvChunks) {
   SKIP_WITHOUT_CUDA();
   SKIP_WITHOUT_TINY_MODEL();
-  LaunchConfig l;
-  l.max_prefill_tokens = 24;  // chunks of <= 24 rows: the tensor-core GEMV and attention over a cached prefix
-  l.max_running_requests = 4;
-  l.kv_page_size = 8;
-  const double pct = teacher_forced_agreement(l, 16);
-  std::printf("CUDA bf16, 24-token chunks: teacher-forced top-1 agreement %.2f%%\n", pct);
-  EXPECT_GE(pct, 99.0);
+  // chunks of <= 24 rows: the tensor-core GEMV at <= 8 rows (bf16; cuBLAS above) and attention over a cached prefix
+  EXPECT_GE(chunked_agreement("24-token chunks", 24, 4, 8, 16), 99.0);
 }
 
 TEST(CudaModel, QuantisedWeightsAndFp8KvRunAndOrderByBits) {

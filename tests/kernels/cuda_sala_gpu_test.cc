@@ -8,59 +8,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
-// The shared test assets: $SOARTUNE_SHARED_DIR when set (the device machine carries a copy), else the build's.
-inline std::string soartune_shared_dir_at_run_time() {
-  const char* e = std::getenv("SOARTUNE_SHARED_DIR");
-  return e && *e ? e : SOARTUNE_SHARED_DIR_BUILD;
-}
-#define SOARTUNE_SHARED_DIR soartune_shared_dir_at_run_time()
-
-#include "engine/backend.h"
-#include "engine/engine.h"
-#include "engine/model_loader.h"
-#include "engine/quantize.h"
-#include "tests/engine/tiny_model.h"
+#include "tests/kernels/cuda_engine_test_util.h"
 
 namespace soartune::engine {
 namespace {
 
 using testing::read_jsonl;
+using testing::SingleSequence;
 using testing::tiny_sala_dir;
 
-bool have_cuda() { return make_cuda_backend(0).ok(); }
-
-#define SKIP_WITHOUT_CUDA_SALA()                                                                   \
-  if (!have_cuda()) GTEST_SKIP() << "no usable CUDA device on this machine: the CUDA engine is not run"; \
-  SKIP_WITHOUT_TINY_SALA()
-
-const ModelWeights& sala() {
-  static const ModelWeights w = [] {
-    auto r = load_model("hf:" + tiny_sala_dir());
-    EXPECT_TRUE(r.ok()) << r.status().message;
-    return r.ok() ? std::move(r).value() : ModelWeights{};
-  }();
-  return w;
-}
-
-ModelWeights weights_for(const LaunchConfig& l) {
-  ModelWeights w = sala();
-  const Status s = quantize_model(w, l);
-  EXPECT_TRUE(s.ok()) << s.message;
-  return w;
-}
+const ModelWeights& sala() { return testing::loaded_model(tiny_sala_dir()); }
 
 std::unique_ptr<Engine> make_engine(const LaunchConfig& l, int max_context = 160) {
-  EngineOptions o;
-  o.launch = l;
-  o.max_context = max_context;
-  auto b = make_cuda_backend(0);
-  EXPECT_TRUE(b.ok()) << b.status().message;
-  auto e = Engine::create(std::move(b).value(), weights_for(l), o);
-  EXPECT_TRUE(e.ok()) << e.status().message;
-  return e.ok() ? std::move(e).value() : nullptr;
+  return testing::make_cuda_engine(sala(), l, max_context);
 }
 
 // Teacher-forced top-1 agreement (%) with the fp32 reference over the 32 rows of eval_public.jsonl.
@@ -69,31 +31,15 @@ double teacher_forced_agreement(const LaunchConfig& l) {
   EXPECT_EQ(rows.size(), 32u);
   auto engine = make_engine(l);
   if (!engine) return 0;
-  std::vector<std::vector<int32_t>> want;
-  for (const auto& r : rows) {
-    EXPECT_TRUE(engine->add_teacher_forced(r["prompt_ids"].get<std::vector<int32_t>>(),
-                                           r["continuation_ids"].get<std::vector<int32_t>>()).ok());
-    want.push_back(r["ref_teacher_forced_top1"].get<std::vector<int32_t>>());
-  }
-  const Status s = engine->run_until_idle();
-  EXPECT_TRUE(s.ok()) << s.message;
-  auto done = engine->take_finished();
-  EXPECT_EQ(done.size(), want.size());
-  int64_t match = 0, total = 0;
-  for (const auto& f : done) {
-    const auto& w = want[static_cast<std::size_t>(f.id)];
-    EXPECT_EQ(f.output.size(), w.size());
-    for (std::size_t i = 0; i < std::min(w.size(), f.output.size()); ++i) match += f.output[i] == w[i];
-    total += static_cast<int64_t>(w.size());
-  }
-  return total ? 100.0 * match / total : 0;
+  return testing::teacher_forced_agreement(*engine, rows, "ref_teacher_forced_top1");
 }
 
 TEST(CudaSala, TeacherForcedTop1MatchesFp32Reference) {
   SKIP_WITHOUT_CUDA_SALA();
-  // A 1024-token prefill budget (cuBLAS rows, whole prompts in the lightning chunked form) and a 24-token one
-  // (GEMV rows, prompts split across steps: the chunked form continues a state mid-prompt).
-  for (int budget : {1024, 24}) {
+  // A 1024-token prefill budget (cuBLAS rows, whole prompts in the lightning chunked form), a 24-token one
+  // (prompts split across steps: the chunked form continues a state mid-prompt) and an 8-token one (the same
+  // through the GEMV, which takes bf16 weights up to 8 rows, fusing the RMSNorm up to 4; cuBLAS above).
+  for (int budget : {1024, 24, 8}) {
     LaunchConfig l;
     l.max_prefill_tokens = budget;
     l.max_running_requests = 16;
@@ -149,54 +95,18 @@ TEST(CudaSala, GreedyContinuationsExactExceptAtRecordedNearTies) {
 }
 
 // The backend driven directly, one sequence in slot 1, every row's logits read back.
-class SingleSequence {
- public:
-  SingleSequence(const ModelWeights& w, const LaunchConfig& l, int max_context = 256) : c_(w.config) {
-    BackendPlan plan;
-    plan.weights = &w;
-    plan.launch = l;
-    plan.max_sequences = 2;
-    plan.max_step_tokens = max_context;
-    plan.max_output_rows = max_context;
-    plan.max_context = max_context;
-    auto b = make_cuda_backend(0);
-    EXPECT_TRUE(b.ok()) << b.status().message;
-    backend_ = std::move(b).value();
-    const Status s = backend_->prepare(plan);
-    EXPECT_TRUE(s.ok()) << s.message;
-    for (int p = 0; p < backend_->kv_pages(); ++p) pages_.push_back(p);
-  }
-
-  std::vector<float> feed(const std::vector<int32_t>& tokens, int pos0) {
-    const int T = static_cast<int>(tokens.size());
-    std::vector<int32_t> positions(static_cast<std::size_t>(T)), rows(static_cast<std::size_t>(T)), argmax(static_cast<std::size_t>(T));
-    for (int t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = pos0 + t, rows[static_cast<std::size_t>(t)] = t;
-    StepSequence seq{1, 0, T, pos0, std::span<const int32_t>(pages_)};
-    Step step{tokens, positions, std::span<const StepSequence>(&seq, 1), rows, pos0 > 0 && T == 1 ? 1 : 0};
-    std::vector<float> logits(static_cast<std::size_t>(T) * c_.vocab);
-    StepOutput out{argmax, logits, {}};
-    const Status s = backend_->forward(step, out);
-    EXPECT_TRUE(s.ok()) << s.message;
-    return logits;
-  }
-  Backend& backend() { return *backend_; }
-
- private:
-  ModelConfig c_;
-  std::unique_ptr<Backend> backend_;
-  std::vector<int32_t> pages_;
-};
+SingleSequence single_sequence(const LaunchConfig& l, int max_context = 256) {
+  return SingleSequence(testing::cuda_backend(), sala(), l, /*slot=*/1, max_context);
+}
 
 TEST(CudaSala, DecodeStepByStepEqualsOneFullPrefill) {
   SKIP_WITHOUT_CUDA_SALA();
-  std::vector<int32_t> ids;
-  uint32_t x = 12345;
-  for (int i = 0; i < 150; ++i) ids.push_back(2 + static_cast<int32_t>((x = x * 1103515245u + 12345u) >> 8) % 4094);
+  const std::vector<int32_t> ids = testing::random_ids(150, 12345, 4094);
   const int V = sala().config.vocab;
   for (const StateDtype sd : {StateDtype::kFP32, StateDtype::kBF16}) {
     LaunchConfig l;
     l.lightning_state_dtype = sd;
-    SingleSequence full(sala(), l), stepwise(sala(), l);
+    SingleSequence full = single_sequence(l), stepwise = single_sequence(l);
     // 150 tokens in one step: cuBLAS rows, the chunked lightning form over three chunks of 64. Then 100 + 50
     // one-token steps: the recurrence, through the decode graph of batch 1.
     const std::vector<float> want = full.feed(ids, 0);

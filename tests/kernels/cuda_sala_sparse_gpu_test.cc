@@ -8,43 +8,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
-// The shared test assets: $SOARTUNE_SHARED_DIR when set (the device machine carries a copy), else the build's.
-inline std::string soartune_shared_dir_at_run_time() {
-  const char* e = std::getenv("SOARTUNE_SHARED_DIR");
-  return e && *e ? e : SOARTUNE_SHARED_DIR_BUILD;
-}
-#define SOARTUNE_SHARED_DIR soartune_shared_dir_at_run_time()
-
-#include "engine/backend.h"
-#include "engine/engine.h"
-#include "engine/model_loader.h"
-#include "tests/engine/tiny_model.h"
+#include "tests/kernels/cuda_engine_test_util.h"
 
 namespace soartune::engine {
 namespace {
 
 using testing::tiny_sala_dir;
 
-bool have_cuda() { return make_cuda_backend(0).ok(); }
-
-#define SKIP_WITHOUT_CUDA_SALA()                                                                   \
-  if (!have_cuda()) GTEST_SKIP() << "no usable CUDA device on this machine: the CUDA engine is not run"; \
-  SKIP_WITHOUT_TINY_SALA()
-
 constexpr int kPrompt = 2560, kDecode = 32, kChunk = 512, kDenseLen = 1024;
 constexpr int kContext = kPrompt + kDecode;
 
 // tiny-sala with sparse attention from 1024 keys on, keeping topk + window / 64 + the initial block.
 ModelWeights sala(int topk, int window) {
-  static const ModelWeights w = [] {
-    auto r = load_model("hf:" + tiny_sala_dir());
-    EXPECT_TRUE(r.ok()) << r.status().message;
-    return r.ok() ? std::move(r).value() : ModelWeights{};
-  }();
-  ModelWeights m = w;
+  ModelWeights m = testing::loaded_model(tiny_sala_dir());
   m.config.sparse.present = true;
   m.config.sparse.block_size = 64;
   m.config.sparse.kernel_size = 32;
@@ -56,54 +34,33 @@ ModelWeights sala(int topk, int window) {
   return m;
 }
 
-std::vector<int32_t> prompt() {
-  std::vector<int32_t> ids;
-  uint32_t x = 777;
-  for (int i = 0; i < kContext; ++i) ids.push_back(2 + static_cast<int32_t>((x = x * 1103515245u + 12345u) >> 8) % 4000);
-  return ids;
-}
+std::vector<int32_t> prompt() { return testing::random_ids(kContext, 777, 4000); }
 
 // One sequence (slot 1) through the backend: the prompt in chunks of 512, then one-token steps; every row's
 // logits [kContext][vocab]. *plans: the backend's kernel plans, *peak: its peak memory.
 std::vector<float> run(std::unique_ptr<Backend> backend, const ModelWeights& w, const LaunchConfig& l,
                        std::vector<KernelPlan>* plans = nullptr, std::size_t* peak = nullptr) {
-  BackendPlan plan;
-  plan.weights = &w;
-  plan.launch = l;
-  plan.max_sequences = 2;
-  plan.max_step_tokens = kChunk;
-  plan.max_output_rows = kChunk;
-  plan.max_context = kContext;
-  const Status s = backend->prepare(plan);
-  EXPECT_TRUE(s.ok()) << s.message;
-  if (!s.ok()) return {};
-  std::vector<int32_t> pages;
-  for (int p = 0; p < backend->kv_pages(); ++p) pages.push_back(p);
+  testing::SingleSequence seq(std::move(backend), w, l, /*slot=*/1, kContext, /*max_step_tokens=*/kChunk);
+  if (!seq.ok()) return {};
   const std::vector<int32_t> ids = prompt();
   const std::size_t V = static_cast<std::size_t>(w.config.vocab);
   std::vector<float> all(static_cast<std::size_t>(kContext) * V);
   for (int pos0 = 0; pos0 < kContext;) {
     const int T = pos0 < kPrompt ? std::min(kChunk, kPrompt - pos0) : 1;
-    std::vector<int32_t> tokens(ids.begin() + pos0, ids.begin() + pos0 + T), positions, rows, argmax(static_cast<std::size_t>(T));
-    for (int t = 0; t < T; ++t) positions.push_back(pos0 + t), rows.push_back(t);
-    StepSequence seq{1, 0, T, pos0, std::span<const int32_t>(pages)};
-    Step step{tokens, positions, std::span<const StepSequence>(&seq, 1), rows, pos0 > 0 && T == 1 ? 1 : 0};
-    StepOutput out{argmax, std::span<float>(all.data() + static_cast<std::size_t>(pos0) * V, static_cast<std::size_t>(T) * V), {}};
-    const Status f = backend->forward(step, out);
-    EXPECT_TRUE(f.ok()) << f.message;
-    if (!f.ok()) return {};
+    const std::vector<float> logits = seq.feed(std::vector<int32_t>(ids.begin() + pos0, ids.begin() + pos0 + T), pos0);
+    if (logits.empty()) return {};
+    std::copy(logits.begin(), logits.end(), all.begin() + static_cast<std::ptrdiff_t>(pos0 * V));
     pos0 += T;
   }
-  if (plans) *plans = backend->kernel_plans();
-  if (peak) *peak = backend->peak_memory_bytes();
+  if (plans) *plans = seq.backend().kernel_plans();
+  if (peak) *peak = seq.backend().peak_memory_bytes();
   return all;
 }
 
 std::vector<float> run_cuda(const ModelWeights& w, const LaunchConfig& l, std::vector<KernelPlan>* plans = nullptr,
                             std::size_t* peak = nullptr) {
-  auto b = make_cuda_backend(0);
-  EXPECT_TRUE(b.ok()) << b.status().message;
-  return b.ok() ? run(std::move(b).value(), w, l, plans, peak) : std::vector<float>{};
+  auto b = testing::cuda_backend();
+  return b ? run(std::move(b), w, l, plans, peak) : std::vector<float>{};
 }
 
 struct Compare {
