@@ -115,11 +115,7 @@ TEST(SalaReference, DecodeStepByStepEqualsOneFullPrefill) {
   const int V = sala().config.vocab;
   SingleSequence full = single_sequence(sala()), stepwise = single_sequence(sala());
   const std::vector<float> want = full.feed(ids, 0);
-  std::vector<float> got = stepwise.feed(std::vector<int32_t>(ids.begin(), ids.begin() + 100), 0);
-  for (int p = 100; p < 150; ++p) {
-    const std::vector<float> one = stepwise.feed({ids[static_cast<std::size_t>(p)]}, p);
-    got.insert(got.end(), one.begin(), one.end());
-  }
+  const std::vector<float> got = stepwise.feed_steps(ids, 100, 100);  // one prefill of 100, then 50 decode steps
   ASSERT_EQ(got.size(), want.size());
   double err = 0;
   for (std::size_t i = 0; i < got.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));

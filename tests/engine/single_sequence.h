@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -64,6 +65,22 @@ class SingleSequence {
     EXPECT_TRUE(s.ok()) << s.message;
     if (!s.ok()) return {};
     return logits;
+  }
+
+  // ids from position 0: the first prompt_len in steps of up to `chunk` tokens, then one token a step (decode
+  // steps); every row's logits [ids.size()][vocab], empty when a step fails.
+  std::vector<float> feed_steps(const std::vector<int32_t>& ids, int prompt_len, int chunk) {
+    std::vector<float> all;
+    all.reserve(ids.size() * static_cast<std::size_t>(c_.vocab));
+    const int n = static_cast<int>(ids.size());
+    for (int pos0 = 0; pos0 < n;) {
+      const int T = pos0 < prompt_len ? std::min(chunk, prompt_len - pos0) : 1;
+      const std::vector<float> logits = feed(std::vector<int32_t>(ids.begin() + pos0, ids.begin() + pos0 + T), pos0);
+      if (logits.empty()) return {};
+      all.insert(all.end(), logits.begin(), logits.end());
+      pos0 += T;
+    }
+    return all;
   }
 
   Backend& backend() { return *backend_; }

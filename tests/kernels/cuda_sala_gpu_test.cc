@@ -110,11 +110,7 @@ TEST(CudaSala, DecodeStepByStepEqualsOneFullPrefill) {
     // 150 tokens in one step: cuBLAS rows, the chunked lightning form over three chunks of 64. Then 100 + 50
     // one-token steps: the recurrence, through the decode graph of batch 1.
     const std::vector<float> want = full.feed(ids, 0);
-    std::vector<float> got = stepwise.feed(std::vector<int32_t>(ids.begin(), ids.begin() + 100), 0);
-    for (int p = 100; p < 150; ++p) {
-      const std::vector<float> one = stepwise.feed({ids[static_cast<std::size_t>(p)]}, p);
-      got.insert(got.end(), one.begin(), one.end());
-    }
+    const std::vector<float> got = stepwise.feed_steps(ids, 100, 100);
     ASSERT_EQ(got.size(), want.size());
     double err = 0, scale = 0;
     int same_top1 = 0, clear = 0, clear_differs = 0;

@@ -42,16 +42,8 @@ std::vector<float> run(std::unique_ptr<Backend> backend, const ModelWeights& w, 
                        std::vector<KernelPlan>* plans = nullptr, std::size_t* peak = nullptr) {
   testing::SingleSequence seq(std::move(backend), w, l, /*slot=*/1, kContext, /*max_step_tokens=*/kChunk);
   if (!seq.ok()) return {};
-  const std::vector<int32_t> ids = prompt();
-  const std::size_t V = static_cast<std::size_t>(w.config.vocab);
-  std::vector<float> all(static_cast<std::size_t>(kContext) * V);
-  for (int pos0 = 0; pos0 < kContext;) {
-    const int T = pos0 < kPrompt ? std::min(kChunk, kPrompt - pos0) : 1;
-    const std::vector<float> logits = seq.feed(std::vector<int32_t>(ids.begin() + pos0, ids.begin() + pos0 + T), pos0);
-    if (logits.empty()) return {};
-    std::copy(logits.begin(), logits.end(), all.begin() + static_cast<std::ptrdiff_t>(pos0 * V));
-    pos0 += T;
-  }
+  std::vector<float> all = seq.feed_steps(prompt(), kPrompt, kChunk);
+  if (all.empty()) return {};
   if (plans) *plans = seq.backend().kernel_plans();
   if (peak) *peak = seq.backend().peak_memory_bytes();
   return all;
