@@ -3,8 +3,8 @@
 // CUDA graphs captured in prepare(); nothing in forward() allocates.
 //
 // Per layer: rmsnorm(+residual) -> qkv linear -> mixer -> o linear -> rmsnorm(+residual) -> gate|up linear ->
-//   SwiGLU -> down linear. Linears with <= 32 rows run the tensor-core GEMV (kernels/gemv.cuh), more rows run
-// cuBLAS (kernels/gemm.cuh). The mixer, by cfg.mixer(l):
+//   SwiGLU -> down linear. Linears of few rows (bf16 weights: <= 8, quantised: <= 32; gemv_max_rows() in
+// cuda_model.cc) run the tensor-core GEMV (kernels/gemv.cuh), more rows run cuBLAS (kernels/gemm.cuh). The mixer, by cfg.mixer(l):
 //   softmax:   RoPE (or NoPE) + KV write -> paged attention (InfLLM-v2 sparse attention from dense_len on,
 //              engine/cuda/sparse_layer.h) -> [output gate: attn * sigmoid(gate)]
 //   lightning: q/k norm + RoPE -> Simple GLA over the layer's per-slot states (kernels/lightning.cuh) ->
