@@ -1,48 +1,17 @@
 // Timing of the attention kernels on llama3-8b shapes (32 query heads, 8 KV heads, head_dim 128), one
 // layer per launch, beside the measured copy bandwidth. Not a test: prints a table.
 //   attention_timing            decode at 32k context (batch 1, 8), prefill of a 4k prompt
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <vector>
 
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_prefill.cuh"
+#include "tests/kernels/timing_support.cuh"
 
 using namespace soartune::kernels;
-
-#define CK(stmt)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (stmt);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #stmt, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-
-template <typename F>
-float median_ms(F&& f, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using namespace soartune::kernels::timing;
 
 // Random bytes that are finite in every KV dtype (the top exponent bit cleared): one 16 MiB random block
 // repeated over the buffer.
@@ -51,28 +20,12 @@ void fill_random(void* p, size_t bytes, uint64_t seed) {
   std::vector<uint8_t> h(chunk);
   std::mt19937_64 rng(seed);
   for (size_t i = 0; i < chunk; ++i) h[i] = uint8_t(rng()) & 0xb7;
-  for (size_t off = 0; off < bytes; off += chunk)
-    CK(cudaMemcpy(static_cast<char*>(p) + off, h.data(), std::min(chunk, bytes - off), cudaMemcpyHostToDevice));
+  upload_repeated(p, bytes, h.data(), chunk);
 }
 
 int main() {
-  int dev = 0, sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("device %s, %d SMs\n", prop.name, sms);
-
-  // Copy ceiling: 2 GiB device-to-device, bytes read + written.
-  const size_t copy_bytes = size_t(2) << 30;
-  void *src, *dst;
-  CK(cudaMalloc(&src, copy_bytes));
-  CK(cudaMalloc(&dst, copy_bytes));
-  CK(cudaMemset(src, 1, copy_bytes));
-  const float copy_ms = median_ms([&] { CK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
-  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
-  std::printf("copy: %.3f ms for 2 GiB -> %.0f GB/s (read + write)\n", copy_ms, copy_gbs);
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
+  const int sms = print_device();
+  const double copy_gbs = measure_copy_gbs();
 
   const int n_heads = 32, n_kv = 8, d = 128, page = 16;
   std::printf("\n%-9s %5s %6s %8s %9s %9s %9s %10s %8s\n", "kv", "batch", "ctx", "splits", "simt_us", "mma_us",
@@ -100,19 +53,11 @@ int main() {
         CK(cudaMalloc(&lens, batch * 4));
         CK(cudaMemcpy(bt, hbt.data(), pages * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(lens, hl.data(), batch * 4, cudaMemcpyHostToDevice));
-        DecodeAttentionArgs a;
-        a.q = q;
-        a.out = out;
-        a.k_cache = k;
-        a.v_cache = v;
-        a.block_table = static_cast<int32_t*>(bt);
+        auto a = paged_attention_args<DecodeAttentionArgs>(
+            {.q = q, .out = out, .k_cache = k, .v_cache = v, .block_table = static_cast<int32_t*>(bt), .batch = batch,
+             .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = d, .page_size = page,
+             .block_table_stride = pages_per_seq});
         a.seq_lens = static_cast<int32_t*>(lens);
-        a.batch = batch;
-        a.n_heads = n_heads;
-        a.n_kv_heads = n_kv;
-        a.head_dim = d;
-        a.page_size = page;
-        a.block_table_stride = pages_per_seq;
         a.max_seq_len = ctx;
         a.kv_dtype = kv;
         for (int splits : {0, 1, 4, 8, 16, 32, 64, 128}) {
@@ -134,12 +79,7 @@ int main() {
           std::printf("%-9s %5d %6d %3d(%3d) %9.1f %9.1f %9.1f %10.1f %8.0f\n", kv_dtype_name(kv), batch, ctx,
                       splits, planned, us[0], us[1], us[2], bytes / copy_gbs * 1e-3, bytes / (best * 1e-6) / 1e9);
         }
-        CK(cudaFree(k));
-        CK(cudaFree(v));
-        CK(cudaFree(q));
-        CK(cudaFree(out));
-        CK(cudaFree(bt));
-        CK(cudaFree(lens));
+        dev_free(k, v, q, out, bt, lens);
       }
     }
   }
@@ -168,20 +108,12 @@ int main() {
     CK(cudaMemcpy(bt, hbt.data(), pages_per_seq * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(offs, ho.data(), 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(pre, hp.data(), 4, cudaMemcpyHostToDevice));
-    PrefillAttentionArgs a;
-    a.q = q;
-    a.out = out;
-    a.k_cache = k;
-    a.v_cache = v;
-    a.block_table = static_cast<int32_t*>(bt);
+    auto a = paged_attention_args<PrefillAttentionArgs>(
+        {.q = q, .out = out, .k_cache = k, .v_cache = v, .block_table = static_cast<int32_t*>(bt), .batch = 1,
+         .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = d, .page_size = page,
+         .block_table_stride = pages_per_seq});
     a.q_offsets = static_cast<int32_t*>(offs);
     a.prefix_lens = static_cast<int32_t*>(pre);
-    a.batch = 1;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv;
-    a.head_dim = d;
-    a.page_size = page;
-    a.block_table_stride = pages_per_seq;
     a.max_q_len = q_len;
     a.kv_dtype = kv;
     const double flops = 4.0 * n_heads * d * (double(q_len) * (q_len + 1) / 2);
@@ -193,13 +125,7 @@ int main() {
         std::printf("%-9s %6d %7d %5d %10.3f %8.1f\n", kv_dtype_name(kv), q_len, bm, int(tc), ms,
                     flops / (ms * 1e-3) / 1e12);
       }
-    CK(cudaFree(k));
-    CK(cudaFree(v));
-    CK(cudaFree(q));
-    CK(cudaFree(out));
-    CK(cudaFree(bt));
-    CK(cudaFree(offs));
-    CK(cudaFree(pre));
+    dev_free(k, v, q, out, bt, offs, pre);
   }
   return 0;
 }

@@ -7,90 +7,23 @@
 //     state update: 4 C d^2), TFLOP/s, and the two forms' outputs' difference ||tc - cuda|| / ||cuda||
 //   q/k norm + RoPE and output norm + gate over a 4k prompt: bytes read + written, GB/s
 // CUDA-event timed, median of N launches after 3 warm-up ones.
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <vector>
 
 #include "kernels/lightning.cuh"
-#include "kernels/numeric_formats.h"
+#include "tests/kernels/timing_support.cuh"
 
 using namespace soartune::kernels;
-
-#define CK(stmt)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (stmt);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #stmt, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
-template <typename F>
-float median_ms(F&& f, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// bf16 values uniform in [-a, a]: one 8 Mi-value random block repeated over the buffer.
-void fill_bf16(void* p, size_t n, float a, uint64_t seed) {
-  const size_t block = std::min(n, size_t(8) << 20);
-  std::vector<uint16_t> h(block);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-a, a);
-  for (auto& x : h) x = f32_to_bf16(u(rng));
-  for (size_t off = 0; off < n; off += block)
-    CK(cudaMemcpy(static_cast<uint16_t*>(p) + off, h.data(), std::min(block, n - off) * 2, cudaMemcpyHostToDevice));
-}
-
-template <typename T>
-T* dev_copy(const std::vector<T>& v) {
-  T* p;
-  CK(cudaMalloc(&p, v.size() * sizeof(T)));
-  CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
+using namespace soartune::kernels::timing;
 
 constexpr double kH200CopyGBs = 4290;
 
 int main() {
-  int dev = 0, sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("device %s, %d SMs\n", prop.name, sms);
-
-  const size_t copy_bytes = size_t(2) << 30;
-  void *src, *dst;
-  CK(cudaMalloc(&src, copy_bytes));
-  CK(cudaMalloc(&dst, copy_bytes));
-  CK(cudaMemset(src, 1, copy_bytes));
-  const float copy_ms = median_ms([&] { CK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
-  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
-  std::printf("copy: %.3f ms for 2 GiB -> %.0f GB/s (read + write)\n", copy_ms, copy_gbs);
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
+  print_device();
+  const double copy_gbs = measure_copy_gbs();
 
   const int heads = 32, kv_heads = 32, d = 128, width = (heads + 2 * kv_heads) * d;
   std::vector<float> g(heads);
@@ -106,7 +39,7 @@ int main() {
   CK(cudaMalloc(&state, max_state));
   CK(cudaMemset(state, 0, max_state));
   CK(cudaMalloc(&qkv, size_t(max_batch) * width * 2));
-  fill_bf16(qkv, size_t(max_batch) * width, 1.f, 1);
+  fill_bf16(qkv, size_t(max_batch) * width, std::uniform_real_distribution<float>(-1.f, 1.f), 1);
   CK(cudaMalloc(&out, size_t(max_batch) * heads * d * 4));
   for (LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
     for (int batch : {1, 8, 64}) {
@@ -128,13 +61,9 @@ int main() {
       const double gbs = bytes / (ms * 1e-3) / 1e9;
       std::printf("%-6s %5d %10.2f %11.2f %9.0f %8.0f%% %8.0f%%\n", dt == LightningStateDtype::kFp32 ? "fp32" : "bf16",
                   batch, ms * 1e3, bytes / 2 / 1e6, gbs, 100 * gbs / copy_gbs, 100 * gbs / kH200CopyGBs);
-      CK(cudaFree(doffs));
-      CK(cudaFree(dstarts));
-      CK(cudaFree(dslots));
+      dev_free(doffs, dstarts, dslots);
     }
-  CK(cudaFree(state));
-  CK(cudaFree(qkv));
-  CK(cudaFree(out));
+  dev_free(state, qkv, out);
 
   // ---- prefill ----
   std::printf("\nprefill of one prompt (one lightning layer, fp32 state, from position 0)\n");
@@ -142,7 +71,7 @@ int main() {
               "TFLOP/s", "speedup", "rel diff");
   const int max_t = 60000;
   CK(cudaMalloc(&qkv, size_t(max_t) * width * 2));
-  fill_bf16(qkv, size_t(max_t) * width, 1.f, 2);
+  fill_bf16(qkv, size_t(max_t) * width, std::uniform_real_distribution<float>(-1.f, 1.f), 2);
   CK(cudaMalloc(&out, size_t(max_t) * heads * d * 4));
   CK(cudaMalloc(&state, size_t(heads) * d * d * 4));
   float* out2;
@@ -186,9 +115,7 @@ int main() {
       std::printf("%7d %6d %9.1f %10.3f %8.2f %10.3f %8.2f %7.2fx %10.2e\n", T, chunk, flops / 1e9, ms,
                   flops / (ms * 1e-3) / 1e12, ms_cuda, flops / (ms_cuda * 1e-3) / 1e12, ms_cuda / ms,
                   den > 0 ? std::sqrt(num / den) : worst);
-      CK(cudaFree(doffs));
-      CK(cudaFree(dstarts));
-      CK(cudaFree(dslots));
+      dev_free(doffs, dstarts, dslots);
     }
 
   // ---- the fused small ops over a 4k prompt ----
@@ -215,14 +142,8 @@ int main() {
     const float og_ms = median_ms([&] { CK(output_gate_run(o, nullptr)); }, 20);
     std::printf("%-22s %10.1f %9.0f\n", "output norm + gate", og_ms * 1e3,
                 double(T) * heads * d * (4 + 2 + 2) / (og_ms * 1e-3) / 1e9);
-    CK(cudaFree(dpos));
-    CK(cudaFree(dgamma));
-    CK(cudaFree(gout));
+    dev_free(dpos, dgamma, gout);
   }
-  CK(cudaFree(out2));
-  CK(cudaFree(qkv));
-  CK(cudaFree(out));
-  CK(cudaFree(state));
-  CK(cudaFree(dg));
+  dev_free(out2, qkv, out, state, dg);
   return 0;
 }
