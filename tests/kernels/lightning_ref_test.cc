@@ -127,6 +127,23 @@ TEST(LightningRef, BF16StateIsRoundedAfterEveryChunk) {
   for (float s : fs) EXPECT_NEAR(s, std::pow(1.0 - 1.0 / 2048, 20), 1e-6);
 }
 
+TEST(LightningRef, DecodeOutputReadsTheFp32StateThenStoresItRoundedToBf16) {
+  // One head, d 2, from a reset state: k = v = 1 + 2^-7 (bf16 values) make S[0][0] = 1 + 2^-6 + 2^-14, which
+  // bf16 (8 significant bits) cannot hold: it stores 1 + 2^-6. The output q S with q = (1, 0) is taken from
+  // the fp32 sum, before the store rounds it; rounding first would give 1 + 2^-6.
+  const float x = 1.f + 1.f / 128;
+  const Case c{1, 1, 2, 1, 16, true};
+  const std::vector<float> qkv = {1.f, 0.f, x, 0.f, x, 0.f};  // q | k | v
+  std::vector<float> state(4, 7.f);                          // dropped: start_pos 0 resets
+  const auto out = run_twin(c, qkv, &state, 0, {-0.5f}, 1.f);
+  EXPECT_EQ(out[0], x * x);
+  EXPECT_EQ(out[1], 0.f);
+  EXPECT_EQ(state[0], 1.f + 1.f / 64);
+  EXPECT_EQ(state[1], 0.f);
+  EXPECT_EQ(state[2], 0.f);
+  EXPECT_EQ(state[3], 0.f);
+}
+
 TEST(LightningQkRef, NormsEachHeadThenRotatesAsTheRopeTwin) {
   std::mt19937_64 rng(3);
   const int heads = 2, kv_heads = 1, d = 8, width = (heads + 2 * kv_heads) * d;

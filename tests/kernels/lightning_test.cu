@@ -6,8 +6,13 @@
 //
 // Tolerances, as ||gpu - twin|| / ||twin||: outputs and fp32 states 1e-4 (the same fp32 inputs; only the
 // order of fp32 sums differs from the twin's fp64 ones; the tensor-core form's bf16 hi + lo operands are exact
-// to 2^-16 of each value, 1.5e-5 of it); with a bf16 state 4e-3 (one bf16 step, 2^-8, where a
-// sum lands beside a rounding boundary); bf16 outputs of the fused ops 1e-2 (their final bf16 rounding).
+// to 2^-16 of each value, 1.5e-5 of it); with a bf16 state, states 1e-3 and outputs 5e-4: the GPU and the twin
+// round the same fp32 sums, so they differ only where a sum lands within its fp32 error of a bf16 rounding
+// boundary (one bf16 step, 2^-8, on a few elements). A phase-by-phase CPU port of the three kernels met the twin
+// to at most 1.9e-4 (states) and 1.1e-4 (outputs) over 48 random mixed steps of these shapes; rounding the
+// state only at the end of a step instead of after every chunk gives 2.0e-3 to 2.6e-3 (states) and a decode
+// output read from the rounded instead of the fp32 state 1.5e-3 (outputs), both caught. bf16 outputs of the
+// fused ops 1e-2 (their final bf16 rounding).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,12 +126,13 @@ void check_step(const Shape& sh, const std::vector<Seq>& seqs, int chunk, const 
   r.heads = sh.heads, r.kv_heads = sh.kv_heads, r.head_dim = sh.d;
   lightning_ref(r);
 
-  const double state_tol = st->dtype == LightningStateDtype::kBf16 ? 4e-3 : 1e-4;
+  const bool bf16_state = st->dtype == LightningStateDtype::kBf16;
+  const double out_tol = bf16_state ? 5e-4 : 1e-4, state_tol = bf16_state ? 1e-3 : 1e-4;
   const auto out = dout.download<float>(ref.size());
   for (int s = 0; s < B; ++s) {
     const std::vector<float> o(out.begin() + int64_t(offsets[s]) * out_w, out.begin() + int64_t(offsets[s + 1]) * out_w);
     const std::vector<float> e(ref.begin() + int64_t(offsets[s]) * out_w, ref.begin() + int64_t(offsets[s + 1]) * out_w);
-    EXPECT_LT(test::normalized_error(o, e), state_tol) << "output of sequence " << s << " (" << seqs[s].tokens
+    EXPECT_LT(test::normalized_error(o, e), out_tol) << "output of sequence " << s << " (" << seqs[s].tokens
                                                        << " tokens, start_pos " << seqs[s].start_pos << ")";
   }
   const auto dev_state = st->device_values();
