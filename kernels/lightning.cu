@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(kChunkThreads) lightning_chunk_kernel(const Li
 // publishes it as transposed bf16 hi / lo tiles in shared memory after each chunk, from which every warp reads
 // Q S's B fragments. Per chunk (tokens padded to 16, zeros past the sequence): K rows and V rows arrive in
 // shared memory by cp.async, issued one chunk ahead into the other of two buffers (so a chunk's loads overlap
-// the previous chunk's math), and V is transposed to V^T there; each warp takes 16-row query blocks (b and, in a second round, from the top down, balancing the causal work):
+// the previous chunk's math), and V is transposed to V^T there; warp w takes the 16-row query blocks w and (at
+// chunks of more than 8 blocks) nb - 1 - w, so that a short causal row and a long one share a warp:
 // o = exp((i + 1) g) q_i S + sum over key blocks at or before it of (Q K^T * decay, masked) V, the scores
 // staying in registers (their accumulator layout is the A operand's); then each warp its state tiles:
 // S = exp(C g) S + K^T (w v), w_j = exp((C - 1 - j) g).

@@ -129,8 +129,8 @@ struct SparseTimes {
 SparseTimes time_sparse(const SparseCall& c, int reps) {
   SparseTimes t;
   t.whole_ms = median_ms([&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr)); }, reps);
-  t.select_ms = median_ms(
-      [&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr, kSparseCompress | kSparseScores | kSparseSelect)); }, reps);
+  constexpr int kSelection = kSparseCompress | kSparseScores | kSparseSelect;
+  t.select_ms = median_ms([&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr, kSelection)); }, reps);
   t.attend_ms = median_ms([&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr, kSparseAttend)); }, reps);
   return t;
 }
