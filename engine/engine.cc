@@ -19,9 +19,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Backend> backend,
   // A step never prefills more than the running sequences can hold, whatever the budget says.
   const int64_t prefill_cap = std::min<int64_t>(l.max_prefill_tokens, int64_t{l.max_running_requests} * options.max_context);
   plan.max_step_tokens = static_cast<int>(prefill_cap) + l.max_running_requests;
-  plan.max_output_rows = plan.max_step_tokens;   // teacher forcing scores every prefill row
+  // Generation yields one row a sequence and step; teacher forcing one a scored token of a sequence.
+  plan.max_output_rows = plan.max_step_tokens;
+  if (options.max_scored_tokens >= 0)
+    plan.max_output_rows = static_cast<int>(std::min<int64_t>(
+        plan.max_step_tokens, int64_t{l.max_running_requests} * std::max(1, options.max_scored_tokens)));
   plan.max_context = options.max_context;
   plan.kv_pages = options.kv_pages;
+  e->max_output_rows_ = plan.max_output_rows;
   if (Status s = e->backend_->prepare(plan); !s.ok()) return s;
   SchedulerConfig sc{l.max_running_requests, l.max_prefill_tokens, l.prefill_max_requests, l.kv_page_size};
   e->scheduler_ = std::make_unique<Scheduler>(sc, e->backend_->kv_pages());
@@ -69,6 +74,9 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt, int output_len)
 
 Result<int64_t> Engine::add_teacher_forced(const std::vector<int32_t>& prompt, const std::vector<int32_t>& continuation) {
   if (prompt.empty() || continuation.empty()) return Status::Invalid("request: teacher forcing needs a prompt and a continuation");
+  if (options_.max_scored_tokens >= 0 && static_cast<int64_t>(continuation.size()) > options_.max_scored_tokens)
+    return Status::Invalid("request: a continuation of " + std::to_string(continuation.size()) +
+                           " tokens exceeds the engine's max_scored_tokens " + std::to_string(options_.max_scored_tokens));
   auto s = std::make_unique<Sequence>();
   s->tokens = prompt;
   s->tokens.insert(s->tokens.end(), continuation.begin(), continuation.end() - 1);

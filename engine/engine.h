@@ -21,6 +21,10 @@ struct EngineOptions {
   LaunchConfig launch;
   int max_context = 2048;          // longest prompt + output any request will have
   int kv_pages = 0;                // 0: the backend decides (see BackendPlan::kv_pages)
+  // Longest continuation a teacher-forced request will score; -1: any. It bounds the logit rows of a step
+  // (max_running_requests x it, instead of every token the prefill budget allows: 73448-wide fp32 rows are
+  // 0.3 MB each, so a 131072-token budget would otherwise reserve 38 GB of logits that serving never needs).
+  int max_scored_tokens = -1;
 };
 
 struct FinishedRequest {
@@ -57,6 +61,7 @@ class Engine {
   const Scheduler& scheduler() const { return *scheduler_; }
   Backend& backend() { return *backend_; }
   const ModelConfig& model() const { return model_; }
+  int max_output_rows() const { return max_output_rows_; }   // logit rows the backend holds for one step
 
  private:
   Engine() = default;
@@ -67,6 +72,7 @@ class Engine {
   ModelConfig model_;
   EngineOptions options_;
   int64_t next_id_ = 0;
+  int max_output_rows_ = 0;
   std::chrono::steady_clock::time_point epoch_;
   StepStats last_;
   // Step buffers, sized once in create().

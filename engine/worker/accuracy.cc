@@ -15,6 +15,12 @@ int AccuracySet::max_len() const {
   return m;
 }
 
+int AccuracySet::max_scored() const {
+  int m = continuation_len;
+  for (const auto& it : items) m = std::max(m, static_cast<int>(it.continuation.size()));
+  return m;
+}
+
 Result<AccuracySet> load_accuracy_set(const AccuracySpec& spec, uint64_t seed, int vocab) {
   AccuracySet s;
   s.continuation_len = spec.continuation_len;

@@ -26,6 +26,7 @@ struct AccuracySet {
   int continuation_len = 0;            // fidelity: tokens the reference generates
   std::vector<AccuracyItem> items;
   int max_len() const;                 // longest prompt + continuation
+  int max_scored() const;              // longest continuation scored by teacher forcing
 };
 
 Result<AccuracySet> load_accuracy_set(const AccuracySpec& spec, uint64_t seed, int vocab);

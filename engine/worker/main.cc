@@ -118,6 +118,7 @@ Result<AccuracyResult> proxy_accuracy(const TrialSpec& trial, const BackendChoic
   const AccuracySet set = set_or.value();
   EngineOptions options;
   options.max_context = set.max_len() + 1;
+  options.max_scored_tokens = set.max_scored();
   const int seqs = std::max(1, static_cast<int>(set.items.size()));
   auto engine_for = [&](const LaunchConfig& launch, const ModelWeights& w) -> Result<std::unique_ptr<Engine>> {
     auto backend = make_backend(choice);
@@ -223,6 +224,7 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   EngineOptions options;
   int kv_sequences = 0;   // CPU: sequences the KV pool is sized for
   options.max_context = std::max(trial.workload.max_total_len(), set.max_len()) + 1;
+  options.max_scored_tokens = set.max_scored();
   if (choice.kind == "cpu") {
     // Pages for as many sequences as can ever run at once here, at their longest; the CUDA backend sizes
     // its pool from mem_fraction_pct instead.
