@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <type_traits>
 
 #include "kernels/attention_common.cuh"
@@ -50,17 +51,20 @@ __device__ __forceinline__ int seq_of(const int32_t* q_offsets, int batch, int t
   return lo;
 }
 
+// fp8 values times their scale with the product rounded on its own (__fmul_rn): the compression adds them up,
+// and nvcc would otherwise fuse product and sum into one FMA, which the twin (a rounded product, then the sum)
+// does not do; the compressed keys would then differ in the last bit for any scale that is not a power of two.
 __device__ __forceinline__ float kv_value(const void* cache, KvCacheDtype dt, int64_t i, float scale) {
   switch (dt) {
     case KvCacheDtype::kBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(cache)[i]);
     case KvCacheDtype::kFp16: return __half2float(static_cast<const __half*>(cache)[i]);
     case KvCacheDtype::kFp8E4M3: {
       const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(cache)[i], __NV_E4M3);
-      return __half2float(__half(h)) * scale;
+      return __fmul_rn(__half2float(__half(h)), scale);
     }
     default: {
       const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(cache)[i], __NV_E5M2);
-      return __half2float(__half(h)) * scale;
+      return __fmul_rn(__half2float(__half(h)), scale);
     }
   }
 }
@@ -515,11 +519,26 @@ __global__ void combine_kernel(SparseAttentionArgs a, SparseAttentionPlan p, con
   store_act(a.out, a.act_dtype, int64_t(t) * out_stride + int64_t(h) * D + d, O / L * (fp8 ? a.v_scale : 1.f));
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory. The allowance only ever grows (one per kernel): a
+// decode step captured into a CUDA graph at max_context replays after prefill calls that need less (the select
+// kernel's shared memory grows with the context), and lowering the function's attribute in those calls would
+// take back what the graph's launch was allowed. Up to the 48 KiB every launch may take, nothing is set.
+template <auto kernel>
+cudaError_t allow_smem(size_t bytes) {
+  static std::mutex mu;
+  static size_t allowed = 48 << 10;
+  std::lock_guard<std::mutex> lock(mu);
+  if (bytes <= allowed) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (e == cudaSuccess) allowed = bytes;
+  return e;
+}
+
 template <KvCacheDtype KV, int D>
 cudaError_t launch_attend(const SparseAttentionArgs& a, const SparseAttentionPlan& p, char* ws, float q_scale,
                           cudaStream_t stream) {
   auto* kernel = attend_kernel<KV, D>;
-  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(attn_smem(D)));
+  const cudaError_t e = allow_smem<attend_kernel<KV, D>>(attn_smem(D));
   if (e != cudaSuccess) return e;
   kernel<<<dim3(p.splits, a.n_kv_heads * p.head_tiles, a.total_q), kAttnThreads, attn_smem(D), stream>>>(a, p, ws, q_scale);
   return cudaGetLastError();
@@ -543,9 +562,8 @@ template <int D>
 cudaError_t launch_scores(const SparseAttentionArgs& a, const SparseAttentionPlan& p, char* ws, cudaStream_t stream) {
   const size_t smem = scores_smem(a.n_heads / a.n_kv_heads, D);
   const dim3 grid(p.ck_chunks, a.n_kv_heads, a.total_q);
-  cudaError_t e = cudaFuncSetAttribute(scores_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(scores_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  cudaError_t e = allow_smem<scores_kernel<D, false>>(smem);
+  if (e == cudaSuccess) e = allow_smem<scores_kernel<D, true>>(smem);
   if (e != cudaSuccess) return e;
   scores_kernel<D, false><<<grid, kScoreThreads, smem, stream>>>(a, p, ws);
   scores_kernel<D, true><<<grid, kScoreThreads, smem, stream>>>(a, p, ws);
@@ -638,8 +656,7 @@ cudaError_t sparse_attention_run(const SparseAttentionArgs& a, const SparseAtten
   }
   if (stages & kSparseSelect) {
     const size_t sel_smem = size_t(p.max_blocks) * (sizeof(float) + sizeof(int));
-    e = cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sel_smem));
-    if (e != cudaSuccess) return e;
+    if ((e = allow_smem<select_kernel>(sel_smem)) != cudaSuccess) return e;
     select_kernel<<<dim3(a.n_kv_heads, a.total_q), kSelectThreads, sel_smem, stream>>>(a, p, ws);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
