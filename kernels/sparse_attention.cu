@@ -616,7 +616,7 @@ std::string sparse_attention_plan(const SparseAttentionArgs& a, int sm_count, in
   p.ck_max = std::max(1, sparse_compressed_keys(a.max_context, sp));
   p.ck_chunks = (p.ck_max + kCk - 1) / kCk;
   p.max_blocks = sparse_max_blocks(a.max_context, sp.block_size);
-  p.max_selected = std::min(p.max_blocks, std::max(sp.keep(), std::max(0, sp.dense_len - 2) / sp.block_size + 1));
+  p.max_selected = sparse_max_selected(a.max_context, sp);
   p.max_new_windows = a.max_q_len / sp.kernel_stride + 1;
   p.head_tiles = (group + kRows - 1) / kRows;
   if (splits == 0) {
