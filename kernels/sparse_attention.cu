@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <type_traits>
 
 #include "kernels/attention_common.cuh"
@@ -50,17 +51,20 @@ __device__ __forceinline__ int seq_of(const int32_t* q_offsets, int batch, int t
   return lo;
 }
 
+// fp8 values times their scale with the product rounded on its own (__fmul_rn): the compression adds them up,
+// and nvcc would otherwise fuse product and sum into one FMA, which the twin (a rounded product, then the sum)
+// does not do; the compressed keys would then differ in the last bit for any scale that is not a power of two.
 __device__ __forceinline__ float kv_value(const void* cache, KvCacheDtype dt, int64_t i, float scale) {
   switch (dt) {
     case KvCacheDtype::kBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(cache)[i]);
     case KvCacheDtype::kFp16: return __half2float(static_cast<const __half*>(cache)[i]);
     case KvCacheDtype::kFp8E4M3: {
       const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(cache)[i], __NV_E4M3);
-      return __half2float(__half(h)) * scale;
+      return __fmul_rn(__half2float(__half(h)), scale);
     }
     default: {
       const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(cache)[i], __NV_E5M2);
-      return __half2float(__half(h)) * scale;
+      return __fmul_rn(__half2float(__half(h)), scale);
     }
   }
 }
@@ -89,7 +93,7 @@ __global__ void compress_kernel(SparseAttentionArgs a) {
 // ---- scores: pass 1 per-chunk (max, sum of exp) per query head; pass 2 the group's summed probabilities ----
 template <int D, bool kPass2>
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SparseAttentionArgs a, SparseAttentionPlan p, char* ws) {
-  const int t = blockIdx.z, kvh = blockIdx.y, chunk = blockIdx.x;
+  const int t = blockIdx.x, kvh = blockIdx.y, chunk = blockIdx.z;
   const int b = seq_of(a.q_offsets, a.batch, t);
   if (b < 0) return;
   const SparseParams& sp = a.sp;
@@ -172,7 +176,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SparseAttentionAr
 
 // ---- select: pooled block scores, the keep() best by rank, ascending ----
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SparseAttentionArgs a, SparseAttentionPlan p, char* ws) {
-  const int t = blockIdx.y, kvh = blockIdx.x;
+  const int t = blockIdx.x, kvh = blockIdx.y;
   const int b = seq_of(a.q_offsets, a.batch, t);
   if (b < 0) return;
   const SparseParams& sp = a.sp;
@@ -290,7 +294,7 @@ __global__ void __launch_bounds__(kAttnThreads) attend_kernel(SparseAttentionArg
   uint16_t* q_s = smem16;                      // [kRows][kStride]
   uint16_t* kv_s = q_s + kRows * kStride;      // [2 stages][K, V][kTile][kStride]
 
-  const int t = blockIdx.z, split = blockIdx.x;
+  const int t = blockIdx.x, split = blockIdx.z;
   const int kvh = blockIdx.y / p.head_tiles, ht = blockIdx.y % p.head_tiles;
   const int b = seq_of(a.q_offsets, a.batch, t);
   if (b < 0) return;
@@ -494,7 +498,7 @@ __global__ void __launch_bounds__(kAttnThreads) attend_kernel(SparseAttentionArg
 
 // Merges the splits' partials of one (token, query head).
 __global__ void combine_kernel(SparseAttentionArgs a, SparseAttentionPlan p, const char* ws, int D) {
-  const int t = blockIdx.y, h = blockIdx.x, d = threadIdx.x;
+  const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   if (seq_of(a.q_offsets, a.batch, t) < 0) return;
   const int group = a.n_heads / a.n_kv_heads;
   const int kvh = h / group, r = h % group, ht = r / kRows, rr = r % kRows;
@@ -515,13 +519,28 @@ __global__ void combine_kernel(SparseAttentionArgs a, SparseAttentionPlan p, con
   store_act(a.out, a.act_dtype, int64_t(t) * out_stride + int64_t(h) * D + d, O / L * (fp8 ? a.v_scale : 1.f));
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory. The allowance only ever grows (one per kernel): a
+// decode step captured into a CUDA graph at max_context replays after prefill calls that need less (the select
+// kernel's shared memory grows with the context), and lowering the function's attribute in those calls would
+// take back what the graph's launch was allowed. Up to the 48 KiB every launch may take, nothing is set.
+template <auto kernel>
+cudaError_t allow_smem(size_t bytes) {
+  static std::mutex mu;
+  static size_t allowed = 48 << 10;
+  std::lock_guard<std::mutex> lock(mu);
+  if (bytes <= allowed) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (e == cudaSuccess) allowed = bytes;
+  return e;
+}
+
 template <KvCacheDtype KV, int D>
 cudaError_t launch_attend(const SparseAttentionArgs& a, const SparseAttentionPlan& p, char* ws, float q_scale,
                           cudaStream_t stream) {
   auto* kernel = attend_kernel<KV, D>;
-  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(attn_smem(D)));
+  const cudaError_t e = allow_smem<attend_kernel<KV, D>>(attn_smem(D));
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.splits, a.n_kv_heads * p.head_tiles, a.total_q), kAttnThreads, attn_smem(D), stream>>>(a, p, ws, q_scale);
+  kernel<<<dim3(a.total_q, a.n_kv_heads * p.head_tiles, p.splits), kAttnThreads, attn_smem(D), stream>>>(a, p, ws, q_scale);
   return cudaGetLastError();
 }
 
@@ -542,10 +561,9 @@ size_t scores_smem(int group, int d) { return size_t(group * d + kCk * (d + 1) +
 template <int D>
 cudaError_t launch_scores(const SparseAttentionArgs& a, const SparseAttentionPlan& p, char* ws, cudaStream_t stream) {
   const size_t smem = scores_smem(a.n_heads / a.n_kv_heads, D);
-  const dim3 grid(p.ck_chunks, a.n_kv_heads, a.total_q);
-  cudaError_t e = cudaFuncSetAttribute(scores_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(scores_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  const dim3 grid(a.total_q, a.n_kv_heads, p.ck_chunks);
+  cudaError_t e = allow_smem<scores_kernel<D, false>>(smem);
+  if (e == cudaSuccess) e = allow_smem<scores_kernel<D, true>>(smem);
   if (e != cudaSuccess) return e;
   scores_kernel<D, false><<<grid, kScoreThreads, smem, stream>>>(a, p, ws);
   scores_kernel<D, true><<<grid, kScoreThreads, smem, stream>>>(a, p, ws);
@@ -570,7 +588,7 @@ std::string sparse_attention_can_implement(const SparseAttentionArgs& a) {
     return "sp.topk, sp.init_blocks: must be >= 0; sp.dense_len: must be >= 1";
   if (a.batch < 1 || a.total_q < 1 || a.max_q_len < 1 || a.max_context < 1)
     return "batch, total_q, max_q_len, max_context: must be >= 1";
-  if (a.total_q > 65535) return "total_q: at most 65535 query tokens a call (a grid dimension)";
+  if (a.batch > 65535) return "batch: at most 65535 sequences a call (a grid dimension)";
   if (!a.ck || !a.ck_slots || !a.q || !a.out || !a.block_table || !a.q_offsets || !a.prefix_lens)
     return "q, out, block_table, q_offsets, prefix_lens, ck, ck_slots: must be device pointers";
   if (reinterpret_cast<uintptr_t>(a.ck) % 16 != 0) return "ck: must be 16-byte aligned";
@@ -598,7 +616,7 @@ std::string sparse_attention_plan(const SparseAttentionArgs& a, int sm_count, in
   p.ck_max = std::max(1, sparse_compressed_keys(a.max_context, sp));
   p.ck_chunks = (p.ck_max + kCk - 1) / kCk;
   p.max_blocks = sparse_max_blocks(a.max_context, sp.block_size);
-  p.max_selected = std::min(p.max_blocks, std::max(sp.keep(), std::max(0, sp.dense_len - 2) / sp.block_size + 1));
+  p.max_selected = sparse_max_selected(a.max_context, sp);
   p.max_new_windows = a.max_q_len / sp.kernel_stride + 1;
   p.head_tiles = (group + kRows - 1) / kRows;
   if (splits == 0) {
@@ -638,9 +656,8 @@ cudaError_t sparse_attention_run(const SparseAttentionArgs& a, const SparseAtten
   }
   if (stages & kSparseSelect) {
     const size_t sel_smem = size_t(p.max_blocks) * (sizeof(float) + sizeof(int));
-    e = cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sel_smem));
-    if (e != cudaSuccess) return e;
-    select_kernel<<<dim3(a.n_kv_heads, a.total_q), kSelectThreads, sel_smem, stream>>>(a, p, ws);
+    if ((e = allow_smem<select_kernel>(sel_smem)) != cudaSuccess) return e;
+    select_kernel<<<dim3(a.total_q, a.n_kv_heads), kSelectThreads, sel_smem, stream>>>(a, p, ws);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
   if (!(stages & kSparseAttend)) return cudaSuccess;
@@ -648,7 +665,7 @@ cudaError_t sparse_attention_run(const SparseAttentionArgs& a, const SparseAtten
   e = a.head_dim == 64 ? launch_attend_d<64>(a, p, ws, scale * kLog2e, stream)
                        : launch_attend_d<128>(a, p, ws, scale * kLog2e, stream);
   if (e != cudaSuccess || p.splits == 1) return e;
-  combine_kernel<<<dim3(a.n_heads, a.total_q), a.head_dim, 0, stream>>>(a, p, ws, a.head_dim);
+  combine_kernel<<<dim3(a.total_q, a.n_heads), a.head_dim, 0, stream>>>(a, p, ws, a.head_dim);
   return cudaGetLastError();
 }
 

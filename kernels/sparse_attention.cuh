@@ -17,13 +17,14 @@
 // summed in order, then times 1 / kernel_size), so the two see the same compressed keys bit for bit.
 //
 // Kernels (one stream, no host sync, capturable: nothing but the host bounds below comes from the host):
+// Query tokens run along grid x (up to 2^31 - 1 of them: a prefill step of any max_prefill_tokens fits).
 //   compress   grid (max new windows, n_kv_heads, batch), head_dim threads: the new compressed keys.
-//   scores     grid (ck chunks of 64, n_kv_heads, total_q), twice: pass 1 writes per chunk and query head the
+//   scores     grid (total_q, n_kv_heads, ck chunks of 64), twice: pass 1 writes per chunk and query head the
 //              max and sum of exp of q . ck / sqrt(d); pass 2 recomputes the logits and writes the group's
 //              summed probabilities [total_q][n_kv][ck_max] to the workspace. fp32 SIMT, as the twin.
-//   select     grid (n_kv_heads, total_q): max-pooled block scores in shared memory, forced blocks +inf, the
+//   select     grid (total_q, n_kv_heads): max-pooled block scores in shared memory, forced blocks +inf, the
 //              keep() best by rank (a strict order: higher score, then lower block), ascending block list.
-//   attend     grid (splits, n_kv_heads * ceil(group / 16), total_q), 4 warps: the group's query heads are the
+//   attend     grid (total_q, n_kv_heads * ceil(group / 16), splits), 4 warps: the group's query heads are the
 //              16 rows of one mma.sync m16n8k16 tile (bf16 caches in bf16, fp16 and fp8 in fp16), the
 //              selected blocks' tokens in tiles of 64 through shared memory (double-buffered cp.async), each
 //              warp 16 tokens of a tile with its own online softmax, merged in the CTA; with splits > 1 the

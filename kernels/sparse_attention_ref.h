@@ -50,6 +50,15 @@ inline int sparse_scratch_floats(int context, const SparseParams& sp) {
 inline bool sparse_query_selects(int pos, const SparseParams& sp) {
   return pos + 1 >= sp.dense_len && sp.keep() < pos / sp.block_size + 1;
 }
+// The longest block list of a query in a context of up to `context` tokens: keep() for a selecting query, every
+// block up to its own for a dense one (those below dense_len have at most (dense_len - 2) / block_size + 1).
+// The CUDA kernels size each token's list in their workspace by it.
+inline int sparse_max_selected(int context, const SparseParams& sp) {
+  const int below = (sp.dense_len < 2 ? 0 : sp.dense_len - 2) / sp.block_size + 1;
+  const int longest = sp.keep() > below ? sp.keep() : below;
+  const int blocks = sparse_max_blocks(context, sp.block_size);
+  return blocks < longest ? blocks : longest;
+}
 
 // Mean-pools keys into compressed keys: ck [n][dim] for windows i = first..first+n-1 (row i - first), key(j) a
 // [dim] row of key j.

@@ -1,6 +1,7 @@
 // The CUDA sparse attention's CPU twin (kernels/sparse_attention_ref) against the CPU engine's path: compressed
 // keys from the paged cache, the dense_len switch and the selection equal what the engine computes from plain
 // key rows (engine/sparse_attention.h), and with every block kept the twin is dense attention.
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -119,6 +120,35 @@ TEST(SparseAttentionTwin, KeepingEveryBlockIsDenseAttention) {
   sparse_attention_ref(sp, q.data(), cache.view(), cache.block_table.data(), cache.block_table_stride, q_offsets.data(),
                        prefix_lens.data(), 1, n_heads, 0.f, sparse.data());
   EXPECT_GT(test::normalised_error(sparse, dense), 1e-3);
+}
+
+// The CUDA kernels keep each token's block list in sparse_max_selected(context) slots of their workspace: no
+// query of the context may list more, selecting or dense, whatever dense_len, top-k and window are, and the
+// bound is reached (a larger one only wastes workspace).
+TEST(SparseAttentionTwin, EveryBlockListFitsTheKernelsBound) {
+  const int dim = 4, group = 2, context = 3000;
+  for (const Case c : {Case{4, 128, 1, 1024}, Case{64, 2048, 1, 8192}, Case{16, 512, 1, 1}, Case{8, 0, 2, 65},
+                       Case{8, 256, 1, 66}, Case{2, 64, 1, 2999}, Case{1, 0, 1, 3000}}) {
+    SparseParams sp;
+    sp.topk = c.topk;
+    sp.window_size = c.window;
+    sp.init_blocks = c.init;
+    sp.dense_len = c.dense_len;
+    const int bound = sparse_max_selected(context, sp);
+    const int nck = sparse_compressed_keys(context, sp);
+    std::vector<float> q(static_cast<std::size_t>(group) * dim, 1.f), ck(static_cast<std::size_t>(nck) * dim, 0.5f);
+    std::vector<float> scratch(static_cast<std::size_t>(sparse_scratch_floats(context, sp)));
+    std::vector<int> blocks(static_cast<std::size_t>(sparse_max_blocks(context, sp.block_size)));
+    int longest = 0;
+    for (int pos = 0; pos < context; ++pos) {
+      const int n = pos + 1 >= sp.dense_len
+                        ? sparse_select_blocks(sp, q.data(), group, dim, ck.data(), nck, pos, scratch.data(), blocks.data())
+                        : pos / sp.block_size + 1;
+      ASSERT_LE(n, bound) << "pos " << pos << " topk " << c.topk << " window " << c.window << " dense_len " << c.dense_len;
+      longest = std::max(longest, n);
+    }
+    EXPECT_EQ(longest, bound) << "topk " << c.topk << " window " << c.window << " dense_len " << c.dense_len;
+  }
 }
 
 }  // namespace

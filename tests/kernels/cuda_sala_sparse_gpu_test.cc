@@ -96,7 +96,8 @@ constexpr int kSparseRow = kDenseLen - 1;
 
 TEST(CudaSalaSparse, MatchesTheCpuBackendWithSparseOn) {
   SKIP_WITHOUT_CUDA_SALA();
-  // topk 4 + a 128-token window + the initial block: 7 of up to 41 blocks, so the selection matters.
+  // topk 4 + a 128-token window keep 6 of up to 41 blocks (the initial block, the query's own and the 2 before
+  // it forced, 2 by score), so the selection matters.
   const ModelWeights w = sala(4, 128);
   const int V = w.config.vocab;
   LaunchConfig sparse, dense;
