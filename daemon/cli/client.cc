@@ -5,6 +5,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/grpc_code_name.h"
+
 namespace soartune::cli {
 
 namespace {
@@ -90,29 +92,6 @@ std::unique_ptr<grpc::ClientContext> Client::patient_context() const {
   return ctx;
 }
 
-const char* code_name(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
-  }
-}
-
 int exit_code_for(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK: return kExitOk;
@@ -130,7 +109,7 @@ int report(const grpc::Status& status, const Client& client) {
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
     message = "cannot reach soartuned at " + client.addr() + (message.empty() ? "" : " (" + message + ")");
   }
-  std::cerr << "error: " << code_name(status.error_code()) << ": " << message << "\n";
+  std::cerr << "error: " << grpc_code_name(static_cast<int>(status.error_code())) << ": " << message << "\n";
   return exit_code_for(status.error_code());
 }
 
