@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/bearer_token.h"
 #include "core/grpc_code_name.h"
 
 namespace soartune::cli {
@@ -20,30 +21,15 @@ bool read_file(const std::string& path, std::string* out) {
   return true;
 }
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
-}
-
 }  // namespace
 
 std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const GlobalOptions& o, std::string* error) {
-  std::string token;
-  if (!o.token_file.empty()) {
-    if (!read_file(o.token_file, &token)) {
-      *error = "--token-file: cannot read " + o.token_file;
-      return nullptr;
-    }
-    token = trim(token);
-    if (token.empty()) {
-      *error = "--token-file: " + o.token_file + " is empty";
-      return nullptr;
-    }
-  } else if (const char* env = std::getenv("SOARTUNE_TOKEN"); env != nullptr && *env != '\0') {
-    token = trim(env);
+  Result<std::string> read_token = read_bearer_token(o.token_file, "--token-file");
+  if (!read_token.ok()) {
+    *error = read_token.status().message;
+    return nullptr;
   }
+  const std::string token = read_token.value();
   if (o.tls_ca.empty()) {
     if (!o.tls_cert.empty() || !o.tls_key.empty()) {
       *error = "--tls-cert/--tls-key: need --tls-ca (the CA that signed the daemon's certificate)";
