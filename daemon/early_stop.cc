@@ -1,5 +1,7 @@
 #include "daemon/early_stop.h"
 
+#include "daemon/trial_result.h"
+
 namespace soartune::daemon {
 
 namespace {
@@ -37,19 +39,7 @@ std::vector<TierRecord> measured_tiers(const WorkerProgress& progress) {
   std::vector<TierRecord> out;
   for (int k = 0; k < search::kTiers; ++k) {
     const TierMeasurement* t = find_tier(progress, search::kTierNames[k]);
-    if (!t) continue;
-    TierRecord r;
-    r.tier = t->tier;
-    r.concurrency = t->concurrency;
-    r.duration_s = t->duration_s;
-    r.ttft_p50_ms = t->ttft_ms.p50;
-    r.ttft_p90_ms = t->ttft_ms.p90;
-    r.ttft_p99_ms = t->ttft_ms.p99;
-    r.tpot_p50_ms = t->tpot_ms.p50;
-    r.tpot_p90_ms = t->tpot_ms.p90;
-    r.tpot_p99_ms = t->tpot_ms.p99;
-    r.output_tokens_per_s = t->output_tokens_per_s;
-    out.push_back(r);
+    if (t) out.push_back(tier_record(*t));
   }
   return out;
 }

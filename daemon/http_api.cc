@@ -8,31 +8,13 @@
 #include <sstream>
 #include <vector>
 
+#include "core/grpc_code_name.h"
+
 namespace soartune::daemon {
 
 namespace {
 
 namespace gp = google::protobuf;
-
-const char* code_name(grpc::StatusCode c) {
-  switch (c) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "INTERNAL";
-  }
-}
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -119,7 +101,7 @@ int http_status_of(grpc::StatusCode code) {
 
 HttpAnswer error_answer(const grpc::Status& s) {
   nlohmann::json j;
-  j["error"]["code"] = code_name(s.error_code());
+  j["error"]["code"] = grpc_code_name(static_cast<int>(s.error_code()));
   j["error"]["message"] = s.error_message();
   return {http_status_of(s.error_code()), j.dump()};
 }

@@ -8,6 +8,8 @@
 
 #include <grpcpp/security/server_credentials.h>
 
+#include "core/bearer_token.h"
+
 namespace soartune::daemon {
 
 namespace {
@@ -20,13 +22,6 @@ Result<std::string> read_secret(const std::string& path, const std::string& fiel
   std::string text = ss.str();
   if (text.empty()) return Status::Invalid(field + ": " + path + " is empty");
   return text;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
 }
 
 // "host:port", "[v6]:port" or "unix:path" -> the host part.
@@ -74,15 +69,9 @@ Result<ListenPolicy> resolve_listen_policy(const std::string& field, const std::
   ListenPolicy out;
   out.field = field;
   out.listen = listen;
-  std::string token;
-  if (!s.token_file.empty()) {
-    Result<std::string> t = read_secret(s.token_file, "token_file");
-    if (!t.ok()) return t.status();
-    token = trim(t.value());
-    if (token.empty()) return Status::Invalid("token_file: " + s.token_file + " holds only blanks");
-  } else if (const char* env = std::getenv(kTokenEnv); env != nullptr && *env != '\0') {
-    token = trim(env);
-  }
+  Result<std::string> read_token = read_bearer_token(s.token_file, "token_file");
+  if (!read_token.ok()) return read_token.status();
+  const std::string token = read_token.value();
   const bool has_cert = !s.tls_cert.empty(), has_key = !s.tls_key.empty();
   if (has_cert != has_key) return Status::Invalid(has_cert ? "tls_key: required with tls_cert" : "tls_cert: required with tls_key");
   if (!s.tls_client_ca.empty() && !has_cert) return Status::Invalid("tls_client_ca: needs tls_cert and tls_key");

@@ -21,9 +21,6 @@ struct ListenSecurity {
   bool insecure_listen_anywhere = false;   // serve a non-loopback address without TLS and token (warned about)
 };
 
-// The environment variable that may hold the bearer token, for the daemon and the CLI alike.
-inline constexpr const char* kTokenEnv = "SOARTUNE_TOKEN";
-
 // True for 127.0.0.0/8, ::1, localhost and unix sockets: addresses no other host can reach.
 bool is_loopback_listen(const std::string& listen);
 

@@ -26,18 +26,7 @@ std::string read_metrics(const WorkerResult& r, TrialRecord& t) {
       if (m.tier == name) found = &m;
     if (!found) return "tier " + name + " missing";
     if (!(found->duration_s > 0)) return "tier " + name + ": duration_s missing or not positive";
-    TierRecord rec;
-    rec.tier = name;
-    rec.concurrency = found->concurrency;
-    rec.duration_s = found->duration_s;
-    rec.ttft_p50_ms = found->ttft_ms.p50;
-    rec.ttft_p90_ms = found->ttft_ms.p90;
-    rec.ttft_p99_ms = found->ttft_ms.p99;
-    rec.tpot_p50_ms = found->tpot_ms.p50;
-    rec.tpot_p90_ms = found->tpot_ms.p90;
-    rec.tpot_p99_ms = found->tpot_ms.p99;
-    rec.output_tokens_per_s = found->output_tokens_per_s;
-    t.tiers.push_back(rec);
+    t.tiers.push_back(tier_record(*found));
   }
   if (r.accuracy.relative_pct < 0) return "accuracy.relative_pct is negative";
   t.relative_accuracy = r.accuracy.relative_pct;
@@ -149,6 +138,21 @@ TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, Tr
   t.failure_kind = o.failure_kind;
   t.failure_code = o.failure_code;
   return o;
+}
+
+TierRecord tier_record(const TierMeasurement& m) {
+  TierRecord r;
+  r.tier = m.tier;
+  r.concurrency = m.concurrency;
+  r.duration_s = m.duration_s;
+  r.ttft_p50_ms = m.ttft_ms.p50;
+  r.ttft_p90_ms = m.ttft_ms.p90;
+  r.ttft_p99_ms = m.ttft_ms.p99;
+  r.tpot_p50_ms = m.tpot_ms.p50;
+  r.tpot_p90_ms = m.tpot_ms.p90;
+  r.tpot_p99_ms = m.tpot_ms.p99;
+  r.output_tokens_per_s = m.output_tokens_per_s;
+  return r;
 }
 
 search::TrialMetrics metrics_of(const TrialRecord& t) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/failure_kind.h"
+#include "core/worker_result.h"
 #include "daemon/store.h"
 #include "daemon/worker_process.h"
 #include "search/scoring.h"
@@ -22,6 +23,9 @@ struct TrialOutcome {
 // Fills `t` (status, failure kind and code, metrics, error, log tail, result_json, engine build, device, peak
 // memory, plans, env) from the run. Every string it stores is valid UTF-8.
 TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, TrialRecord& t);
+
+// One tier as the store keeps it, from the worker's measurement of it (its result, or a progress line).
+TierRecord tier_record(const TierMeasurement& m);
 
 // The metrics the scorer needs, from a COMPLETE trial record.
 search::TrialMetrics metrics_of(const TrialRecord& t);

@@ -7,9 +7,7 @@
 // (VmRSS) sampled every second: at the start of the load, at its end, and the peak.
 // Usage: daemon_load --soartuned PATH --worker PATH [--clients 200] [--seconds 60] [--workloads-dir DIR]
 // Exit status 1 when any call failed.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,12 +28,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "daemon/logged_process.h"
 #include "soartune/v1/tuner.grpc.pb.h"
-
-extern "C" char** environ;
 
 namespace fs = std::filesystem;
 namespace pb = ::soartune::v1;
+using soartune::daemon::spawn_logged;
 
 namespace {
 
@@ -83,59 +81,46 @@ struct Stats {
   }
 };
 
+// Every client call's deadline: far above any latency the load produces, so a slow answer is measured, not lost.
+void set_deadline(grpc::ClientContext* c) {
+  c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+}
+
 void client_loop(const std::string& addr, const std::string& job, Clock::time_point end, unsigned seed, Stats* stats) {
   auto stub = pb::Tuner::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
   std::mt19937 rng(seed);
-  auto ctx_for = [](grpc::ClientContext& c) { c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30)); };
-  std::vector<int> numbers;
+  // One unary call of type `call` on a fresh context; `rpc(context)` makes it. Only the call itself is timed.
+  auto timed = [stats](const char* call, auto rpc) {
+    grpc::ClientContext c;
+    set_deadline(&c);
+    const auto t0 = Clock::now();
+    const grpc::Status s = rpc(&c);
+    stats->add(call, ms_since(t0), s);
+  };
+  pb::ListJobsRequest list_jobs;
+  pb::ListTrialsRequest list_trials;
+  list_trials.set_job_id(job);
+  list_trials.set_order_by("-score");
+  list_trials.set_page_size(100);
+  pb::GetJobRequest get_job;
+  get_job.set_job_id(job);
   while (Clock::now() < end) {
+    pb::ListJobsResponse jobs;
+    timed("ListJobs", [&](grpc::ClientContext* c) { return stub->ListJobs(c, list_jobs, &jobs); });
+    pb::ListTrialsResponse trials;
+    timed("ListTrials", [&](grpc::ClientContext* c) { return stub->ListTrials(c, list_trials, &trials); });
+    if (trials.trials_size() > 0) {
+      pb::GetTrialRequest get_trial;
+      get_trial.set_job_id(job);
+      get_trial.set_number(trials.trials(std::uniform_int_distribution<int>(0, trials.trials_size() - 1)(rng)).number());
+      pb::Trial trial;
+      timed("GetTrial", [&](grpc::ClientContext* c) { return stub->GetTrial(c, get_trial, &trial); });
+    }
+    pb::Job got_job;
+    timed("GetJob", [&](grpc::ClientContext* c) { return stub->GetJob(c, get_job, &got_job); });
     {
       grpc::ClientContext c;
-      ctx_for(c);
-      pb::ListJobsRequest req;
-      pb::ListJobsResponse resp;
-      auto t0 = Clock::now();
-      grpc::Status s = stub->ListJobs(&c, req, &resp);
-      stats->add("ListJobs", ms_since(t0), s);
-    }
-    {
-      grpc::ClientContext c;
-      ctx_for(c);
-      pb::ListTrialsRequest req;
-      req.set_job_id(job);
-      req.set_order_by("-score");
-      req.set_page_size(100);
-      pb::ListTrialsResponse resp;
-      auto t0 = Clock::now();
-      grpc::Status s = stub->ListTrials(&c, req, &resp);
-      stats->add("ListTrials", ms_since(t0), s);
-      numbers.clear();
-      for (const auto& t : resp.trials()) numbers.push_back(t.number());
-    }
-    if (!numbers.empty()) {
-      grpc::ClientContext c;
-      ctx_for(c);
-      pb::GetTrialRequest req;
-      req.set_job_id(job);
-      req.set_number(numbers[std::uniform_int_distribution<size_t>(0, numbers.size() - 1)(rng)]);
-      pb::Trial resp;
-      auto t0 = Clock::now();
-      grpc::Status s = stub->GetTrial(&c, req, &resp);
-      stats->add("GetTrial", ms_since(t0), s);
-    }
-    {
-      grpc::ClientContext c;
-      ctx_for(c);
-      pb::GetJobRequest req;
-      req.set_job_id(job);
-      pb::Job resp;
-      auto t0 = Clock::now();
-      grpc::Status s = stub->GetJob(&c, req, &resp);
-      stats->add("GetJob", ms_since(t0), s);
-    }
-    {
-      grpc::ClientContext c;
-      ctx_for(c);
+      set_deadline(&c);
       pb::WatchJobRequest req;
       req.set_job_id(job);
       auto t0 = Clock::now();
@@ -184,19 +169,11 @@ int main(int argc, char** argv) {
                                    (dir / "load.db").string(), "--work-dir", (dir / "work").string(),
                                    "--workloads-dir", workloads_dir, "--worker", worker, "--http-listen",
                                    "127.0.0.1:0"};
-  std::vector<char*> av;
-  for (auto& s : args) av.push_back(s.data());
-  av.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ) != 0) {
+  const pid_t pid = spawn_logged(args, log);
+  if (pid < 0) {
     std::fprintf(stderr, "daemon_load: cannot start %s\n", soartuned.c_str());
     return 1;
   }
-  posix_spawn_file_actions_destroy(&fa);
   int port = 0;
   for (int i = 0; i < 400 && port == 0; ++i) {
     std::ifstream in(port_file);

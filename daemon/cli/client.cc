@@ -5,6 +5,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/bearer_token.h"
+#include "core/grpc_code_name.h"
+
 namespace soartune::cli {
 
 namespace {
@@ -18,30 +21,15 @@ bool read_file(const std::string& path, std::string* out) {
   return true;
 }
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
-}
-
 }  // namespace
 
 std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const GlobalOptions& o, std::string* error) {
-  std::string token;
-  if (!o.token_file.empty()) {
-    if (!read_file(o.token_file, &token)) {
-      *error = "--token-file: cannot read " + o.token_file;
-      return nullptr;
-    }
-    token = trim(token);
-    if (token.empty()) {
-      *error = "--token-file: " + o.token_file + " is empty";
-      return nullptr;
-    }
-  } else if (const char* env = std::getenv("SOARTUNE_TOKEN"); env != nullptr && *env != '\0') {
-    token = trim(env);
+  Result<std::string> read_token = read_bearer_token(o.token_file, "--token-file");
+  if (!read_token.ok()) {
+    *error = read_token.status().message;
+    return nullptr;
   }
+  const std::string token = read_token.value();
   if (o.tls_ca.empty()) {
     if (!o.tls_cert.empty() || !o.tls_key.empty()) {
       *error = "--tls-cert/--tls-key: need --tls-ca (the CA that signed the daemon's certificate)";
@@ -90,29 +78,6 @@ std::unique_ptr<grpc::ClientContext> Client::patient_context() const {
   return ctx;
 }
 
-const char* code_name(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
-  }
-}
-
 int exit_code_for(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK: return kExitOk;
@@ -130,7 +95,7 @@ int report(const grpc::Status& status, const Client& client) {
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
     message = "cannot reach soartuned at " + client.addr() + (message.empty() ? "" : " (" + message + ")");
   }
-  std::cerr << "error: " << code_name(status.error_code()) << ": " << message << "\n";
+  std::cerr << "error: " << grpc_code_name(static_cast<int>(status.error_code())) << ": " << message << "\n";
   return exit_code_for(status.error_code());
 }
 

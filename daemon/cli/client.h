@@ -57,8 +57,6 @@ class Client {
   std::unique_ptr<v1::Tuner::Stub> stub_;
 };
 
-// "NOT_FOUND", "INVALID_ARGUMENT", ...
-const char* code_name(grpc::StatusCode code);
 int exit_code_for(grpc::StatusCode code);
 // Prints "error: <CODE>: <message>" on stderr (naming the address when the daemon is unreachable) and returns
 // the exit code for it.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <ctime>
 #include <set>
@@ -12,6 +13,20 @@
 
 namespace soartune::cli {
 
+namespace {
+
+// printf into a string: every number this file prints fits in 63 characters.
+[[gnu::format(printf, 1, 2)]] std::string printed(const char* format, ...) {
+  char buf[64];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  return buf;
+}
+
+}  // namespace
+
 std::string fmt_duration(double s) {
   if (!std::isfinite(s) || s <= 0) return "-";
   // Round to 3 significant digits first, so 9.996 prints as "10.0", not "10.00".
@@ -19,34 +34,24 @@ std::string fmt_duration(double s) {
   const double unit = std::pow(10.0, p - 2);
   const double r = std::round(s / unit) * unit;
   p = static_cast<int>(std::floor(std::log10(r)));
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", std::max(0, 2 - p), r);
-  return buf;
+  return printed("%.*f", std::max(0, 2 - p), r);
 }
 
 std::string fmt_score(double score) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f", score);
-  return buf;
+  return printed("%.2f", score);
 }
 
 std::string fmt_accuracy(double pct) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f%%", pct);
-  return buf;
+  return printed("%.2f%%", pct);
 }
 
 std::string fmt_percent(double p) {
-  char buf[64];
   const double pct = 100.0 * p;
-  std::snprintf(buf, sizeof buf, pct >= 9.95 || pct == 0 ? "%.0f%%" : "%.1f%%", pct);
-  return buf;
+  return pct >= 9.95 || pct == 0 ? printed("%.0f%%", pct) : printed("%.1f%%", pct);
 }
 
 std::string fmt_gate(double c) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", c);
-  return buf;
+  return printed("%g", c);
 }
 
 std::string fmt_bytes(int64_t bytes) {
@@ -58,9 +63,7 @@ std::string fmt_bytes(int64_t bytes) {
     v /= 1024;
     ++u;
   }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
+  return u == 0 ? printed("%.0f %s", v, units[u]) : printed("%.1f %s", v, units[u]);
 }
 
 std::string fmt_time(int64_t unix_ms) {
@@ -76,16 +79,10 @@ std::string fmt_time(int64_t unix_ms) {
 std::string fmt_elapsed(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "-";
   const int64_t s = static_cast<int64_t>(std::llround(seconds));
-  char buf[64];
-  if (s < 60) {
-    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
-  } else if (s < 3600) {
-    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  } else {
-    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600),
-                  static_cast<long long>((s % 3600) / 60));
-  }
-  return buf;
+  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
+  if (s < 60) return printed("%llds", ll(s));
+  if (s < 3600) return printed("%lldm%02llds", ll(s / 60), ll(s % 60));
+  return printed("%lldh%02lldm", ll(s / 3600), ll((s % 3600) / 60));
 }
 
 namespace {

@@ -368,16 +368,26 @@ double true_score(const Landscape& L, const Config& c) {
   return t.failed ? 0.0 : score(L.scoring, t.metrics, L.best_durations).final_score;
 }
 
-// Trials (including the reference) until a config within 1% of the best achievable is evaluated; budget+1
-// when never.
-int run_strategy(const Landscape& L, Strategy& s, uint64_t seed, int budget, double* ask_ms) {
+// The problem a search of landscape L with this seed solves (the reference as the landscape states it).
+SearchProblem search_problem(const Landscape& L, uint64_t seed) {
   SearchProblem p;
   p.space = L.space;
   p.scoring = L.scoring;
   p.reference = L.reference;
   p.seed = seed;
+  return p;
+}
+
+// The measurement noise (or the repeat drawn) of the search with this seed: one stream per seed, so every replay
+// of that search sees the same measurements.
+std::mt19937_64 measurement_rng(uint64_t seed) { return std::mt19937_64(seed * 31 + 7); }
+
+// Trials (including the reference) until a config within 1% of the best achievable is evaluated; budget+1
+// when never.
+int run_strategy(const Landscape& L, Strategy& s, uint64_t seed, int budget, double* ask_ms) {
+  const SearchProblem p = search_problem(L, seed);
   std::vector<Observation> hist;
-  std::mt19937_64 noise(seed * 31 + 7);
+  std::mt19937_64 noise = measurement_rng(seed);
   double total_ms = 0;
   int asks = 0, rejected = 0;
   for (int trial = 1; trial <= budget; ++trial) {
@@ -578,16 +588,13 @@ struct TimedResult {
 TimedResult run_timed(const FidelityLandscape& F, Strategy& s, uint64_t seed, int budget,
                       const std::vector<double>& levels, int eta) {
   const Landscape& L = F.full;
-  SearchProblem p;
-  p.space = L.space;
-  p.scoring = L.scoring;
+  SearchProblem p = search_problem(L, seed);
   p.reference = L.space.canonical(L.reference, L.reference);
-  p.seed = seed;
   p.fidelity_levels = levels;
   p.eta = eta;
   std::vector<Observation> hist;
   TimedResult r;
-  std::mt19937_64 draw(seed * 31 + 7);
+  std::mt19937_64 draw = measurement_rng(seed);
   auto run = [&](const Config& c, double level) {
     const std::string key = config_key(c);
     Observation o;
@@ -727,13 +734,9 @@ void early_stop_report(const Landscape& L, int seeds, int budget) {
     for (double m : {0.0, 0.05}) vs.push_back(Variant{EarlyStopRule{k, m}});
   for (int s = 0; s < seeds; ++s) {
     const uint64_t seed = 1000 + static_cast<uint64_t>(s);
-    SearchProblem p;
-    p.space = L.space;
-    p.scoring = L.scoring;
-    p.reference = L.reference;
-    p.seed = seed;
+    const SearchProblem p = search_problem(L, seed);
     std::vector<Observation> hist;
-    std::mt19937_64 noise(seed * 31 + 7);
+    std::mt19937_64 noise = measurement_rng(seed);
     auto strategy = make_bayes_strategy();
     for (int trial = 1; trial <= budget; ++trial) {
       auto sug = strategy->ask(p, hist, 1);
@@ -808,11 +811,7 @@ double load_average() {
 }
 
 void timing(const Landscape& L, int n_obs) {
-  SearchProblem p;
-  p.space = L.space;
-  p.scoring = L.scoring;
-  p.reference = L.reference;
-  p.seed = 1;
+  const SearchProblem p = search_problem(L, 1);
   std::mt19937_64 rng(5), noise(6);
   std::vector<Observation> hist;
   std::set<std::string> keys;

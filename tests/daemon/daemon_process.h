@@ -1,9 +1,7 @@
 // The real soartuned and CLI as processes, for tests that drive them as a user would (security, limits).
 #pragma once
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,10 +15,9 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/logged_process.h"
 #include "daemon/worker_process.h"
 #include "test_util.h"
-
-extern "C" char** environ;
 
 namespace soartune::daemon::testing {
 
@@ -61,22 +58,8 @@ class Daemon {
       args.push_back("0");
     }
     args.insert(args.end(), extra_.begin(), extra_.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_text;
-    for (char** e = environ; *e; ++e) env_text.push_back(*e);
-    for (auto& [k, v] : env) env_text.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (auto& e : env_text) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    std::string log = dir_.file("soartuned.log");
-    posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_ = spawn_logged(args, dir_.file("soartuned.log"), env);
+    EXPECT_GT(pid_, 0) << "cannot start " << args[0];
     for (int i = 0; i < 400; ++i) {
       std::ifstream in(port_file);
       if (in >> port_) return true;

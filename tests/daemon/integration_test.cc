@@ -1,9 +1,7 @@
 // End to end: the real soartuned on a free port with a temporary SQLite file, the real soartune-worker, and
 // the soartune CLI where it is built, driven as a user would. Wrapper scripts appear only to inject a crash,
 // garbage or a hang in front of the real worker, or to hold a trial long enough to cancel it.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "daemon/logged_process.h"
 #include "daemon/worker_process.h"
 #include "soartune/v1/tuner.grpc.pb.h"
 #include "test_util.h"
@@ -29,8 +28,6 @@ using nlohmann::json;
 using testing::TempDir;
 using testing::write_file;
 using testing::write_script;
-
-extern "C" char** environ;
 
 const std::string kCli = SOARTUNE_CLI_PATH;
 
@@ -68,16 +65,8 @@ class Daemon {
                                      "--data-root", ".", "--data-root", dir_.path(), "--data-root", SOARTUNE_SHARED_DIR,
                                      "--worker", worker_, "--log-level", "debug"};
     args.insert(args.end(), extra_.begin(), extra_.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    std::string log = dir_.file("soartuned.log");
-    posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_ = spawn_logged(args, dir_.file("soartuned.log"));
+    ASSERT_GT(pid_, 0) << "cannot start " << args[0];
     for (int i = 0; i < 400 && port_ == 0; ++i) {
       std::ifstream in(port_file);
       if (in >> port_) break;

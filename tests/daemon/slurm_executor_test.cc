@@ -4,10 +4,8 @@
 // daemon killed with SIGKILL while a trial runs in Slurm re-attaches to it when restarted, and so does one stopped
 // with SIGTERM (no trial runs twice), and the job finishes; with early_stop: the progress lines are read from the
 // shared directory and a hopeless trial is scancelled and PRUNED. Skipped, saying why, only where those programs are missing or cannot start here.
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +20,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "daemon/logged_process.h"
 #include "daemon/worker_process.h"
 #include "daemon_process.h"
 #include "soartune/v1/tuner.grpc.pb.h"
@@ -58,20 +57,6 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
-}
-
-pid_t spawn(std::vector<std::string> args, const std::string& log) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
 }
 
 void stop(pid_t& pid, int sig = SIGTERM) {
@@ -119,7 +104,7 @@ class SlurmCluster {
       fs::permissions(m + "/munge.key", fs::perms::owner_read | fs::perms::owner_write);
     }
     socket_ = m + "/munge.socket";
-    munged_ = spawn({munged, "-F", "--force", "--socket=" + socket_, "--key-file=" + m + "/munge.key",
+    munged_ = spawn_logged({munged, "-F", "--force", "--socket=" + socket_, "--key-file=" + m + "/munge.key",
                      "--pid-file=" + m + "/munged.pid", "--log-file=" + m + "/munged.log",
                      "--seed-file=" + m + "/munged.seed"},
                     dir_.file("munged.out"));
@@ -150,9 +135,9 @@ class SlurmCluster {
         " State=UNKNOWN\n"
         "PartitionName=test Nodes=" + node + " Default=YES MaxTime=INFINITE State=UP\n");
     ::setenv("SLURM_CONF", conf.c_str(), 1);
-    slurmctld_ = spawn({ctld, "-D", "-c", "-i", "-f", conf}, dir_.file("slurmctld.out"));
+    slurmctld_ = spawn_logged({ctld, "-D", "-c", "-i", "-f", conf}, dir_.file("slurmctld.out"));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    slurmd_ = spawn({slurmd, "-D", "-f", conf}, dir_.file("slurmd.out"));
+    slurmd_ = spawn_logged({slurmd, "-D", "-f", conf}, dir_.file("slurmd.out"));
     for (int i = 0; i < 100; ++i) {
       ProcessResult r = run({sinfo_, "-h", "-o", "%t"});
       if (r.exited && r.exit_code == 0 && r.out.rfind("idle", 0) == 0) return "";

@@ -7,28 +7,11 @@
 // usage: node dashboard_test.mjs <bin dir> <source dir> <artifact dir>    exit 77: skipped (no browser)
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { createRequire } from "node:module";
+import { artifacts, binDir, check, daemonPorts, finishedTrialRows, launchBrowser, run, sleep, srcDir, tempDir,
+  waitForMoreFinishedTrialRows } from "./harness.mjs";
 
-const [binDir, srcDir, artifacts] = process.argv.slice(2);
-const SKIP = 77;
-const require = createRequire(path.join(srcDir, "daemon/web/package.json"));
-let puppeteer;
-try { puppeteer = require("puppeteer-core"); } catch (e) {
-  console.log(`SKIP: puppeteer-core is not installed in daemon/web (run scripts/install-deps.sh): ${e.message}`);
-  process.exit(SKIP);
-}
-const chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find((p) => fs.existsSync(p));
-if (!chromium) { console.log("SKIP: Debian's chromium is not installed (scripts/install-deps.sh installs it)"); process.exit(SKIP); }
-
-let failures = 0;
-function check(cond, what) {
-  if (!cond) { failures++; console.log(`FAIL: ${what}`); } else console.log(`ok: ${what}`);
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-fs.mkdirSync(artifacts, { recursive: true });
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "soartune-dash-"));
+const dir = tempDir("soartune-dash-");
 
 // The loopback rule: a non-loopback address without TLS and the token is refused, naming the key and what is
 // missing (dashboard_tls_test.mjs serves one with them).
@@ -49,9 +32,9 @@ const cleanup = async () => {
 };
 
 async function main() {
-  for (let i = 0; i < 100 && !(fs.existsSync(path.join(dir, "port")) && fs.existsSync(path.join(dir, "http_port"))); i++) await sleep(100);
-  const grpcAddr = `127.0.0.1:${fs.readFileSync(path.join(dir, "port"), "utf8").trim()}`;
-  const base = `http://127.0.0.1:${fs.readFileSync(path.join(dir, "http_port"), "utf8").trim()}`;
+  const ports = await daemonPorts(path.join(dir, "port"), path.join(dir, "http_port"));
+  const grpcAddr = `127.0.0.1:${ports.grpc}`;
+  const base = `http://127.0.0.1:${ports.http}`;
   const cli = (...args) => execFileSync(path.join(binDir, "soartune"), ["--addr", grpcAddr, ...args], { encoding: "utf8" });
   const cliJson = (...args) => JSON.parse(cli(...args, "--json"));
   const spec = (name, trials) => {
@@ -100,8 +83,7 @@ async function main() {
     check(unknown.status === 404, "an unknown job is 404");
   }
 
-  browser = await puppeteer.launch({ executablePath: chromium, headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"], defaultViewport: { width: 1400, height: 1000 } });
+  browser = await launchBrowser();
   const consoleErrors = [];
   const open = async (url) => {
     const page = await browser.newPage();
@@ -231,10 +213,8 @@ async function main() {
   // page's render, both on this machine's clock), and its numbers are gRPC's.
   {
     const page = await open(`/jobs/${running}`);
-    const doneRows = () => page.$$eval('#trials td[data-field="status"]', (cs) => cs.filter((c) => c.textContent === "COMPLETE" || c.textContent === "FAILED").length);
-    const before = await doneRows();
-    await page.waitForFunction((n) => [...document.querySelectorAll('#trials td[data-field="status"]')]
-      .filter((c) => c.textContent === "COMPLETE" || c.textContent === "FAILED").length > n, { timeout: 60000, polling: 50 }, before);
+    const before = await finishedTrialRows(page);
+    await waitForMoreFinishedTrialRows(page, before, { timeout: 60000, polling: 50 });
     const seenAt = await page.evaluate(() => Number(document.body.dataset.rendered));
     const grpc = cliJson("trials", running, "--limit", "0");
     const newest = grpc.trials.filter((t) => t.finished_unix_ms > 0 && t.finished_unix_ms <= seenAt).sort((a, b) => b.finished_unix_ms - a.finished_unix_ms)[0];
@@ -249,13 +229,4 @@ async function main() {
   check(consoleErrors.length === 0, `no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
 }
 
-try {
-  await main();
-} catch (e) {
-  failures++;
-  console.log(`FAIL: ${e.stack || e}`);
-} finally {
-  await cleanup();
-}
-console.log(failures ? `${failures} check(s) failed; screenshots in ${artifacts}` : `all checks passed; screenshots in ${artifacts}`);
-process.exit(failures ? 1 : 0);
+await run(main, cleanup);

@@ -8,28 +8,11 @@
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import https from "node:https";
-import os from "node:os";
 import path from "node:path";
-import { createRequire } from "node:module";
+import { artifacts, binDir, check, daemonPorts, finishedTrialRows, launchBrowser, run, srcDir, tempDir,
+  waitForMoreFinishedTrialRows } from "./harness.mjs";
 
-const [binDir, srcDir, artifacts] = process.argv.slice(2);
-const SKIP = 77;
-const require = createRequire(path.join(srcDir, "daemon/web/package.json"));
-let puppeteer;
-try { puppeteer = require("puppeteer-core"); } catch (e) {
-  console.log(`SKIP: puppeteer-core is not installed in daemon/web (run scripts/install-deps.sh): ${e.message}`);
-  process.exit(SKIP);
-}
-const chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find((p) => fs.existsSync(p));
-if (!chromium) { console.log("SKIP: Debian's chromium is not installed (scripts/install-deps.sh installs it)"); process.exit(SKIP); }
-
-let failures = 0;
-function check(cond, what) {
-  if (!cond) { failures++; console.log(`FAIL: ${what}`); } else console.log(`ok: ${what}`);
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-fs.mkdirSync(artifacts, { recursive: true });
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "soartune-dash-tls-"));
+const dir = tempDir("soartune-dash-tls-");
 const file = (name) => path.join(dir, name);
 
 // A self-signed certificate for 127.0.0.1 and localhost, and the token.
@@ -57,9 +40,9 @@ function httpsGet(url, headers = {}) {
 }
 
 async function main() {
-  for (let i = 0; i < 100 && !(fs.existsSync(file("port")) && fs.existsSync(file("http_port"))); i++) await sleep(100);
-  const grpcAddr = `127.0.0.1:${fs.readFileSync(file("port"), "utf8").trim()}`;
-  const base = `https://127.0.0.1:${fs.readFileSync(file("http_port"), "utf8").trim()}`;
+  const ports = await daemonPorts(file("port"), file("http_port"));
+  const grpcAddr = `127.0.0.1:${ports.grpc}`;
+  const base = `https://127.0.0.1:${ports.http}`;
   const cli = (...args) => execFileSync(path.join(binDir, "soartune"),
     ["--addr", grpcAddr, "--tls-ca", file("cert.pem"), "--token-file", file("token"), ...args], { encoding: "utf8" });
   check(/dashboard on https:\/\/0\.0\.0\.0:\d+\/ \(bearer token or signed-in session/.test(fs.readFileSync(path.join(artifacts, "soartuned-tls.log"), "utf8")),
@@ -86,9 +69,7 @@ async function main() {
   const events = await httpsGet(`${base}/api/jobs/${job}/events`);
   check(events.status === 401, `the event stream without a token: ${events.status}`);
 
-  browser = await puppeteer.launch({ executablePath: chromium, headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--ignore-certificate-errors", "--window-size=1400,1000"],
-    defaultViewport: { width: 1400, height: 1000 } });
+  browser = await launchBrowser(["--ignore-certificate-errors"]);
   const consoleErrors = [];
   const page = await browser.newPage();
   // The sign-in page's wrong-token answer is a 401 by design; the browser logs it as a failed load.
@@ -115,26 +96,17 @@ async function main() {
   // The job's page renders, and live updates come through the event stream: finished trials appear.
   await page.waitForFunction(() => document.body.dataset.ready, { timeout: 30000 });
   check(await page.evaluate(() => document.body.dataset.ready) === "1", "the job page rendered after signing in");
-  const finishedRows = () => page.$$eval('#trials td[data-field="status"]', (cs) => cs.filter((c) => c.textContent === "COMPLETE" || c.textContent === "FAILED").length);
-  const before = await finishedRows();
+  const before = await finishedTrialRows(page);
   await page.waitForFunction(() => /^live/.test(document.getElementById("live").textContent), { timeout: 30000 });
-  await page.waitForFunction((n) => [...document.querySelectorAll('#trials td[data-field="status"]')]
-    .filter((c) => c.textContent === "COMPLETE" || c.textContent === "FAILED").length > n, { timeout: 120000, polling: 100 }, before);
-  const after = await finishedRows();
+  await waitForMoreFinishedTrialRows(page, before, { timeout: 120000, polling: 100 });
+  const after = await finishedTrialRows(page);
   check(after > before, `live updates over HTTPS: ${before} -> ${after} finished trials on the page`);
   await page.screenshot({ path: path.join(artifacts, "job-tls.png") });
   check(consoleErrors.length === 0, `no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
   cli("cancel", job);
 }
 
-try {
-  await main();
-} catch (e) {
-  failures++;
-  console.log(`FAIL: ${e.stack || e}`);
-} finally {
+await run(main, async () => {
   if (browser) await browser.close().catch(() => {});
   daemon.kill("SIGTERM");
-}
-console.log(failures ? `${failures} check(s) failed; screenshots in ${artifacts}` : `all checks passed; screenshots in ${artifacts}`);
-process.exit(failures ? 1 : 0);
+});

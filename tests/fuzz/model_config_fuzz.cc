@@ -6,22 +6,14 @@
 #include "engine/model_loader.h"
 #include "scratch_dir.h"
 
-namespace {
-soartune::fuzz::ScratchDir* g_dir = nullptr;
-}
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  g_dir = new soartune::fuzz::ScratchDir();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace soartune::engine;
-  g_dir->write("config.json", data, size);
-  auto cfg = read_hf_config(g_dir->path());
+  const soartune::fuzz::ScratchDir& dir = soartune::fuzz::scratch_dir();
+  dir.write("config.json", data, size);
+  auto cfg = read_hf_config(dir.path());
   if (cfg.ok()) {
     (void)cfg.value().parameter_count();
-    (void)load_model("hf:" + g_dir->path());
+    (void)load_model("hf:" + dir.path());
   }
   return 0;
 }

@@ -7,19 +7,11 @@
 #include "engine/safetensors.h"
 #include "scratch_dir.h"
 
-namespace {
-soartune::fuzz::ScratchDir* g_dir = nullptr;
-}
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  g_dir = new soartune::fuzz::ScratchDir();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace soartune::engine;
-  g_dir->write("model.safetensors", data, size);
-  auto ck = Checkpoint::open_dir(g_dir->path());
+  const soartune::fuzz::ScratchDir& dir = soartune::fuzz::scratch_dir();
+  dir.write("model.safetensors", data, size);
+  auto ck = Checkpoint::open_dir(dir.path());
   if (!ck.ok()) return 0;
   for (const std::string& name : ck.value().names()) {
     const TensorInfo* info = ck.value().info(name);

@@ -6,23 +6,20 @@
 #include "engine/safetensors.h"
 #include "scratch_dir.h"
 
-namespace {
-soartune::fuzz::ScratchDir* g_dir = nullptr;
-}
-
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   using namespace soartune::engine;
-  g_dir = new soartune::fuzz::ScratchDir();
   TensorToWrite w{"model.norm.weight", TensorDtype::kF32, {4}, std::vector<uint8_t>(16, 0)};
   TensorToWrite e{"model.embed_tokens.weight", TensorDtype::kBF16, {2, 4}, std::vector<uint8_t>(16, 0)};
-  if (!write_safetensors(g_dir->file("model-00001-of-00001.safetensors"), {w, e}).ok()) __builtin_trap();
+  const std::string shard = soartune::fuzz::scratch_dir().file("model-00001-of-00001.safetensors");
+  if (!write_safetensors(shard, {w, e}).ok()) __builtin_trap();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace soartune::engine;
-  g_dir->write("model.safetensors.index.json", data, size);
-  auto ck = Checkpoint::open_dir(g_dir->path());
+  const soartune::fuzz::ScratchDir& dir = soartune::fuzz::scratch_dir();
+  dir.write("model.safetensors.index.json", data, size);
+  auto ck = Checkpoint::open_dir(dir.path());
   if (!ck.ok()) return 0;
   for (const std::string& name : ck.value().names()) {
     const TensorInfo* info = ck.value().info(name);

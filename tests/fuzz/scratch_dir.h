@@ -48,4 +48,11 @@ class ScratchDir {
   std::string path_;
 };
 
+// The process's scratch directory: made on first use, removed by the exit at the end of a run (a crash leaves it
+// behind, beside the input that crashed).
+inline ScratchDir& scratch_dir() {
+  static ScratchDir dir;
+  return dir;
+}
+
 }  // namespace soartune::fuzz

@@ -8,18 +8,13 @@
 #include "engine/worker/trial.h"
 #include "scratch_dir.h"
 
-namespace {
-soartune::fuzz::ScratchDir* g_dir = nullptr;
-}
-
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(spdlog::level::off);   // unknown keys are logged; thousands of inputs a second would flood
-  g_dir = new soartune::fuzz::ScratchDir();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string path = g_dir->write("trial.yaml", data, size);
+  const std::string path = soartune::fuzz::scratch_dir().write("trial.yaml", data, size);
   auto trial = soartune::engine::worker::load_trial(path);
   if (trial.ok()) {
     (void)trial.value().workload.max_total_len();

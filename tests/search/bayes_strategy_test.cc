@@ -50,15 +50,23 @@ Observation run(const Config& c, std::mt19937_64& rng) {
   return o;
 }
 
-std::vector<Observation> history_of(SearchProblem& p, Strategy& s, int n) {
-  std::mt19937_64 rng(1);
+// Up to n trials asked one at a time; the i-th suggested config is measured by observe(i, config). Stops early
+// when the strategy suggests nothing.
+template <typename Observe>
+std::vector<Observation> history_of(SearchProblem& p, Strategy& s, int n, Observe observe) {
   std::vector<Observation> h;
   for (int i = 0; i < n; ++i) {
     auto sug = s.ask(p, h, 1);
     if (sug.empty()) break;
-    h.push_back(run(sug[0].config, rng));
+    h.push_back(observe(i, sug[0].config));
   }
   return h;
+}
+
+// Up to n trials on the analytic landscape (run).
+std::vector<Observation> history_of(SearchProblem& p, Strategy& s, int n) {
+  std::mt19937_64 rng(1);
+  return history_of(p, s, n, [&rng](int, const Config& c) { return run(c, rng); });
 }
 
 TEST(BayesStrategy, StartsWithTheReferenceThenTheDesign) {
@@ -115,20 +123,16 @@ kv_cache_dtype: {type: choice, values: [bf16, fp8_e4m3]}
 cuda_graphs: {type: bool}
 )");
   auto s = make_bayes_strategy();
-  std::mt19937_64 rng(2);
-  std::vector<Observation> h;
   std::set<std::string> seen;
-  for (int i = 0; i < 20; ++i) {
-    auto sug = s->ask(p, h, 1);
-    if (sug.empty()) break;
-    EXPECT_TRUE(seen.insert(config_key(p.space.canonical(sug[0].config, p.reference))).second) << "trial " << i;
+  const auto h = history_of(p, *s, 20, [&](int i, const Config& c) {
+    EXPECT_TRUE(seen.insert(config_key(p.space.canonical(c, p.reference))).second) << "trial " << i;
     Observation o;
-    o.config = sug[0].config;
+    o.config = c;
     o.outcome = Outcome::kComplete;
     o.metrics.duration_s = {1.0 + 0.1 * i, 1.0, 1.0};
     o.metrics.relative_accuracy_pct = 99.5;
-    h.push_back(o);
-  }
+    return o;
+  });
   EXPECT_EQ(seen.size(), 12u);   // 3 * 2 * 2 configs, each once, then nothing
   EXPECT_TRUE(s->ask(p, h, 1).empty());
 }
@@ -164,12 +168,9 @@ TEST(BayesStrategy, WarmStartSkipsTheDesign) {
 TEST(BayesStrategy, ConstantAndFailedObservationsGiveFiniteSuggestions) {
   SearchProblem p = problem(kSpace);
   auto s = make_bayes_strategy();
-  std::vector<Observation> h;
-  for (int i = 0; i < 8; ++i) {
-    auto sug = s->ask(p, h, 1);
-    ASSERT_EQ(sug.size(), 1u);
+  const auto h = history_of(p, *s, 8, [](int i, const Config& c) {
     Observation o;
-    o.config = sug[0].config;
+    o.config = c;
     if (i % 3 == 2) {
       o.outcome = Outcome::kFailed;
       o.failure = FailureKind::kTimeout;
@@ -178,8 +179,9 @@ TEST(BayesStrategy, ConstantAndFailedObservationsGiveFiniteSuggestions) {
       o.metrics.duration_s = {2.0, 2.0, 2.0};   // identical measurements everywhere
       o.metrics.relative_accuracy_pct = 100.0;
     }
-    h.push_back(o);
-  }
+    return o;
+  });
+  ASSERT_EQ(h.size(), 8u);
   const auto sug = s->ask(p, h, 2);
   ASSERT_EQ(sug.size(), 2u);
   for (const Suggestion& g : sug) {
@@ -193,15 +195,13 @@ TEST(BayesStrategy, ConstantAndFailedObservationsGiveFiniteSuggestions) {
 TEST(BayesStrategy, AllFailedKeepsExploring) {
   SearchProblem p = problem(kSpace);
   auto s = make_bayes_strategy();
-  std::vector<Observation> h;
-  for (int i = 0; i < 12; ++i) {
-    auto sug = s->ask(p, h, 1);
-    ASSERT_EQ(sug.size(), 1u);
+  const auto h = history_of(p, *s, 12, [](int, const Config& c) {
     Observation o;
-    o.config = sug[0].config;
+    o.config = c;
     o.outcome = Outcome::kFailed;
-    h.push_back(o);
-  }
+    return o;
+  });
+  ASSERT_EQ(h.size(), 12u);
   EXPECT_EQ(s->ask(p, h, 1).size(), 1u);
 }
 
