@@ -218,12 +218,9 @@ class CpuBackend final : public Backend {
     scores_.assign(static_cast<std::size_t>(threads_) * max_ctx_, 0.f);
     // InfLLM-v2: per thread, the compressed keys of one sequence, the selection's scratch and block list.
     // The launch knobs over the model's sparse_config: off (dense at every length), top-k, local window.
-    sparse_cfg_ = c_.sparse;
-    if (plan.launch.sparse_topk > 0) sparse_cfg_.topk = plan.launch.sparse_topk;
-    if (plan.launch.sparse_window > 0) sparse_cfg_.window_size = plan.launch.sparse_window;
-    if (sparse_cfg_.present && plan.launch.sparse_window > 0 && plan.launch.sparse_window % sparse_cfg_.block_size != 0)
-      return Status::Invalid("launch.sparse_window: " + std::to_string(plan.launch.sparse_window) +
-                             " is not a multiple of the model's sparse block_size " + std::to_string(sparse_cfg_.block_size));
+    auto launch_sparse = sparse_config_for_launch(c_.sparse, plan.launch.sparse_topk, plan.launch.sparse_window);
+    if (!launch_sparse.ok()) return launch_sparse.status();
+    sparse_cfg_ = launch_sparse.value();
     sparse_ = plan.launch.sparse_attention && sparse_cfg_.present && c_.softmax_layers() > 0 && max_ctx_ >= sparse_cfg_.dense_len;
     const SparseAttentionConfig& sp = sparse_cfg_;
     ck_stride_ = sparse_ ? (sparse_compressed_keys(max_ctx_, sp) + 1) * c_.head_dim : 0;

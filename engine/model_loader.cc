@@ -312,6 +312,9 @@ Status read_minicpm_sala(const nlohmann::json& j, ModelConfig* out) {
         sp.window_size % sp.block_size != 0)
       return Status::Invalid("config.json sparse_config: block_size, kernel_size and kernel_stride must be positive, with "
                              "kernel_stride dividing block_size and block_size dividing window_size");
+    if (sp.topk <= sp.init_blocks)
+      return Status::Invalid("config.json sparse_config.topk: " + std::to_string(sp.topk) + " must exceed init_blocks " +
+                             std::to_string(sp.init_blocks) + " (the initial blocks count within topk)");
   }
   return Status::Ok();
 }

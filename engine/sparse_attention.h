@@ -19,6 +19,9 @@
 // they send through the selection and this code attends densely (release: positions 6144 .. 8190).
 #pragma once
 
+#include <string>
+
+#include "core/status.h"
 #include "engine/model_config.h"
 #include "kernels/sparse_attention_ref.h"
 
@@ -35,6 +38,25 @@ inline kernels::SparseParams sparse_params(const SparseAttentionConfig& sp) {
   p.topk = sp.topk;
   p.window_size = sp.window_size;
   return p;
+}
+
+// The selection a launch runs: the model's sparse_config with the launch knobs over it (topk > 0, window > 0
+// replace the model's), checked: the window whole blocks, and topk above init_blocks, since the initial blocks
+// and the local window (own block included) score +inf and must all fit in the topk + window kept, or the
+// lowest-index tie-break would drop the query's own block. One rule for both backends.
+inline Result<SparseAttentionConfig> sparse_config_for_launch(const SparseAttentionConfig& model, int topk, int window) {
+  SparseAttentionConfig sc = model;
+  if (topk > 0) sc.topk = topk;
+  if (window > 0) sc.window_size = window;
+  if (!sc.present) return sc;
+  if (window > 0 && window % sc.block_size != 0)
+    return Status::Invalid("launch.sparse_window: " + std::to_string(window) +
+                           " is not a multiple of the model's sparse block_size " + std::to_string(sc.block_size));
+  if (sc.topk <= sc.init_blocks)
+    return Status::Invalid(std::string(topk > 0 ? "launch.sparse_topk: " : "config.json sparse_config.topk: ") +
+                           std::to_string(sc.topk) + " must exceed the model's sparse_config.init_blocks " +
+                           std::to_string(sc.init_blocks) + " (the initial blocks count within topk)");
+  return sc;
 }
 
 // Blocks a query attends to: 1 + p / block_size at most.

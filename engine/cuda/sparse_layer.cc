@@ -12,14 +12,11 @@ namespace kn = soartune::kernels;
 
 Result<std::optional<kn::SparseParams>> sparse_params_for(const ModelConfig& c, bool sparse_attention, int topk,
                                                           int window, int max_context) {
-  // The CPU backend's rule (engine/cpu_backend.cc): the knobs over the model's sparse_config, the window whole
-  // blocks, and nothing to do unless a context can reach dense_len.
-  SparseAttentionConfig sc = c.sparse;
-  if (topk > 0) sc.topk = topk;
-  if (window > 0) sc.window_size = window;
-  if (sc.present && window > 0 && window % sc.block_size != 0)
-    return Status::Invalid("launch.sparse_window: " + std::to_string(window) +
-                           " is not a multiple of the model's sparse block_size " + std::to_string(sc.block_size));
+  // The knobs over the model's sparse_config as the CPU backend applies them, and nothing to do unless a
+  // context can reach dense_len.
+  auto launch_sparse = sparse_config_for_launch(c.sparse, topk, window);
+  if (!launch_sparse.ok()) return launch_sparse.status();
+  const SparseAttentionConfig& sc = launch_sparse.value();
   if (!sparse_attention || !sc.present || c.softmax_layers() == 0 || max_context < sc.dense_len)
     return std::optional<kn::SparseParams>();
   return std::optional<kn::SparseParams>(sparse_params(sc));

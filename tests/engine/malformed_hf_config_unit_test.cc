@@ -93,6 +93,10 @@ TEST(MalformedHfConfig, EveryKeyOfTheWrongTypeOrRangeIsNamed) {
       {"lightning_nkv", 0, "config.json lightning_nkv: must be an integer in 1..4096", true},
       {"lightning_head_dim", 1e10, "config.json lightning_head_dim: must be an integer", true},
       {"sparse_config", json{{"topk", 1e20}}, "config.json sparse_config.topk: must be an integer in 0..2147483647", true},
+      // The initial blocks and the query's own block must fit in topk (sparse_attention.h).
+      {"sparse_config", json{{"block_size", 64}, {"kernel_size", 32}, {"kernel_stride", 16}, {"window_size", 2048},
+                             {"topk", 2}, {"init_blocks", 2}},
+       "config.json sparse_config.topk: 2 must exceed init_blocks 2", true},
   };
   for (const Case& c : cases) {
     json j = c.sala ? sala() : llama();

@@ -198,5 +198,25 @@ TEST(SalaKnobs, SparseWindowMustCoverWholeBlocks) {
   EXPECT_TRUE(make_cpu_backend(1)->prepare(plan).ok());
 }
 
+// A top-k that cannot hold the initial blocks and the query's own block besides the window is refused, naming
+// the knob; the model's own top-k stays accepted.
+TEST(SalaKnobs, SparseTopkMustExceedTheInitialBlocks) {
+  ModelWeights w = tiny_sala();
+  w.config.sparse.present = true;
+  w.config.sparse.init_blocks = 16;
+  w.config.sparse.topk = 64;
+  BackendPlan plan;
+  plan.weights = &w;
+  plan.launch.sparse_topk = 16;
+  plan.max_step_tokens = plan.max_output_rows = plan.max_context = 64;
+  const Status s = make_cpu_backend(1)->prepare(plan);
+  EXPECT_EQ(s.message, "launch.sparse_topk: 16 must exceed the model's sparse_config.init_blocks 16 (the initial "
+                       "blocks count within topk)");
+  plan.launch.sparse_topk = 32;
+  EXPECT_TRUE(make_cpu_backend(1)->prepare(plan).ok());
+  plan.launch.sparse_topk = 0;
+  EXPECT_TRUE(make_cpu_backend(1)->prepare(plan).ok());
+}
+
 }  // namespace
 }  // namespace soartune::engine
