@@ -1,4 +1,4 @@
-// The GPU side of GPTQ (engine/cuda/gptq_cuda.h drives these with cuBLAS / cuSOLVER; the CPU twin is
+// The GPU side of GPTQ (engine/cuda/gptq_cuda.cc drives these with cuBLAS / cuSOLVER; the CPU twin is
 // engine/gptq_quantize.cc). Layouts: the Hessian and its factors n x n column-major fp64; a linear's weights
 // during the sweep W column-major fp64 [in columns][out rows] (w[o + j * out]), so one column is contiguous;
 // codes row-major int8 [out][in] and scales row-major fp32 [out][groups], as QuantizedLinear holds them.

@@ -110,6 +110,12 @@ class CudaGptqSolver final : public GptqSolver {
   Status quantize_group(const float* x, int tokens, int in, std::span<const GptqLinear> linears, int group_size,
                         const GptqOptions& options) override {
     if (linears.empty()) return Status::Ok();
+    // Every linear reads the one factor of this input's Hessian and the dead-input mask, both `in` wide.
+    for (const GptqLinear& l : linears)
+      if (l.linear->in != in || l.linear->w16.size() != static_cast<std::size_t>(l.linear->out) * in)
+        return Status::Invalid("gptq (cuda): a linear of " + std::to_string(l.linear->out) + " x " + std::to_string(l.linear->in) +
+                               " with " + std::to_string(l.linear->w16.size()) + " 16-bit weights in a group whose input is " +
+                               std::to_string(in) + " wide");
     GPTQ_KERNEL_TRY(cudaSetDevice(device_));
     const std::size_t nn = static_cast<std::size_t>(in) * in;
     GPTQ_STATUS_TRY(x_.ensure(static_cast<std::size_t>(tokens) * in * 4));
@@ -141,17 +147,21 @@ class CudaGptqSolver final : public GptqSolver {
     GPTQ_CUSOLVER_TRY(cusolverDnDpotrf_bufferSize(solver_, CUBLAS_FILL_MODE_LOWER, in, h_.as<double>(), in, &lwork_f));
     GPTQ_CUSOLVER_TRY(cusolverDnDpotri_bufferSize(solver_, CUBLAS_FILL_MODE_LOWER, in, h_.as<double>(), in, &lwork_i));
     GPTQ_STATUS_TRY(work_.ensure(static_cast<std::size_t>(std::max(lwork_f, lwork_i)) * 8));
+    int info = 0;
     GPTQ_CUSOLVER_TRY(cusolverDnDpotrf(solver_, CUBLAS_FILL_MODE_LOWER, in, h_.as<double>(), in, work_.as<double>(), lwork_f,
                                        info_.as<int>()));
-    if (info() != 0)
+    GPTQ_STATUS_TRY(read_info("cusolverDnDpotrf (H)", info));
+    if (info > 0)
       return Status::Invalid("gptq: the damped Hessian of a linear with " + std::to_string(in) +
                              " inputs is not positive definite; raise calibration.damp_pct");
     GPTQ_CUSOLVER_TRY(cusolverDnDpotri(solver_, CUBLAS_FILL_MODE_LOWER, in, h_.as<double>(), in, work_.as<double>(), lwork_i,
                                        info_.as<int>()));
-    if (info() != 0) return Status::Internal("gptq: cusolverDnDpotri found the factor singular");
+    GPTQ_STATUS_TRY(read_info("cusolverDnDpotri", info));
+    if (info > 0) return Status::Internal("gptq: cusolverDnDpotri found the factor singular");
     GPTQ_CUSOLVER_TRY(cusolverDnDpotrf(solver_, CUBLAS_FILL_MODE_LOWER, in, h_.as<double>(), in, work_.as<double>(), lwork_f,
                                        info_.as<int>()));
-    if (info() != 0) return Status::Internal("gptq: the inverse Hessian has no Cholesky factor");
+    GPTQ_STATUS_TRY(read_info("cusolverDnDpotrf (H^-1)", info));
+    if (info > 0) return Status::Internal("gptq: the inverse Hessian has no Cholesky factor");
     seconds_.cholesky += seconds_since(t);
 
     for (const GptqLinear& l : linears) GPTQ_STATUS_TRY(sweep(*l.linear, l.bits, group_size));
@@ -159,13 +169,14 @@ class CudaGptqSolver final : public GptqSolver {
   }
 
  private:
-  // cuSOLVER's devInfo of the last call: 0 when it succeeded (-1: it could not be read).
-  int info() {
-    int v = -1;
-    if (cudaMemcpyAsync(&v, info_.as<int>(), sizeof(int), cudaMemcpyDeviceToHost, stream_) != cudaSuccess ||
-        cudaStreamSynchronize(stream_) != cudaSuccess)
-      return -1;
-    return v;
+  // cuSOLVER's devInfo of the last call into `info`: 0 when it succeeded, i > 0 when the leading minor of order i
+  // is not positive definite. A failed read or a negative value (an argument cuSOLVER refused) is an error of
+  // its own, not a verdict on the matrix.
+  Status read_info(const char* call, int& info) {
+    GPTQ_KERNEL_TRY(cudaMemcpyAsync(&info, info_.as<int>(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    GPTQ_KERNEL_TRY(cudaStreamSynchronize(stream_));
+    if (info < 0) return Status::Internal(std::string("gptq: ") + call + " refused its argument " + std::to_string(-info));
+    return Status::Ok();
   }
 
   // One linear whose input's factor is in h_: scales, codes, and the 16-bit weights dropped, as the CPU does.
