@@ -4,11 +4,13 @@
 // are exact, so the solvers differ only by fp64 rounding in the factorisations and the sweep; with Gaussian,
 // correlated activations the fp32 Hessians differ in their last bits too, and a code that flips at a tie moves
 // the rest of its row, so a small fraction (at most 2%) may differ there, and the layer's output error must
-// match to 1%.
+// match to 1%. Through the whole model, each group is held to the CPU solver run on the same inputs (an earlier
+// group's codes move the activations of every later one, and GPTQ's codes follow their inputs closely).
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -25,13 +27,22 @@ namespace {
 
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-std::unique_ptr<GptqSolver> gpu_solver() {
+// The GPU solver, or null with the reason in `why`. Only a machine without a usable device may skip; a solver
+// that fails to start on a device fails the test.
+std::unique_ptr<GptqSolver> gpu_solver(std::string& why) {
   auto s = make_cuda_gptq_solver(0);
-  return s.ok() ? std::move(s).value() : nullptr;
+  if (s.ok()) return std::move(s).value();
+  why = s.status().message;
+  EXPECT_EQ(s.status().code, Code::kFailedPrecondition) << "the GPU solver did not start: " << why;
+  return nullptr;
 }
 
-#define SKIP_WITHOUT_CUDA(solver) \
-  if (!(solver)) GTEST_SKIP() << "no usable CUDA device on this machine: GPTQ on the GPU is not run"
+#define SKIP_WITHOUT_CUDA(solver)                                       \
+  std::string why_no_gpu;                                               \
+  auto solver = gpu_solver(why_no_gpu);                                 \
+  if (!(solver))                                                        \
+  GTEST_SKIP() << "no usable CUDA device on this machine (" << why_no_gpu \
+               << "): GPTQ on the GPU is not run"
 
 QuantizedLinear random_linear(int out, int in, Dtype16 dtype, std::mt19937& rng) {
   std::normal_distribution<float> n(0.f, 0.05f);
@@ -108,7 +119,6 @@ Compared compare(GptqSolver& gpu, const MatF& x, const QuantizedLinear& l, const
 const Case kCases[] = {{4, 128, 384}, {4, 32, 320}, {4, 0, 320}, {8, 64, 320}, {8, 0, 384}, {8, 128, 384}};
 
 TEST(GptqCuda, EqualsTheCpuWithExactHessians) {
-  auto gpu = gpu_solver();
   SKIP_WITHOUT_CUDA(gpu);
   std::mt19937 rng(7);
   for (const Case& c : kCases)
@@ -125,7 +135,6 @@ TEST(GptqCuda, EqualsTheCpuWithExactHessians) {
 }
 
 TEST(GptqCuda, MatchesTheCpuOnCorrelatedInputs) {
-  auto gpu = gpu_solver();
   SKIP_WITHOUT_CUDA(gpu);
   std::mt19937 rng(11);
   for (const Case& c : kCases) {
@@ -140,10 +149,51 @@ TEST(GptqCuda, MatchesTheCpuOnCorrelatedInputs) {
   }
 }
 
-// The whole model through gptq_quantize_model (the worker's path): every linear quantised on the GPU, with the
-// CPU's scales and, but for ties and what they move, its codes.
+// Runs the CPU solver on copies of each group's linears beside the solver under test, on the same inputs, and
+// records how far the two agree per linear.
+class BesideTheCpu final : public GptqSolver {
+ public:
+  struct Linear {
+    int out = 0, in = 0;
+    std::size_t codes = 0, codes_differ = 0;
+    bool scales_equal = false;
+  };
+
+  explicit BesideTheCpu(GptqSolver& solver) : solver_(solver) {}
+  std::string name() const override { return solver_.name(); }
+  Status quantize_group(const float* x, int tokens, int in, std::span<const GptqLinear> linears, int group_size,
+                        const GptqOptions& options) override {
+    std::vector<QuantizedLinear> copies;
+    for (const GptqLinear& l : linears) copies.push_back(*l.linear);
+    std::vector<GptqLinear> on_cpu;
+    for (std::size_t i = 0; i < copies.size(); ++i) on_cpu.push_back({&copies[i], linears[i].bits});
+    if (Status s = cpu_->quantize_group(x, tokens, in, on_cpu, group_size, options); !s.ok()) return s;
+    if (Status s = solver_.quantize_group(x, tokens, in, linears, group_size, options); !s.ok()) return s;
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+      const QuantizedLinear &a = copies[i], &b = *linears[i].linear;
+      Linear r{b.out, b.in, a.q.size(), 0, a.scales == b.scales};
+      if (a.q.size() != b.q.size()) r.codes_differ = a.q.size() + b.q.size();
+      else
+        for (std::size_t k = 0; k < a.q.size(); ++k) r.codes_differ += a.q[k] != b.q[k];
+      seen.push_back(r);
+    }
+    return Status::Ok();
+  }
+
+  std::vector<Linear> seen;   // in the order the model quantises them
+
+ private:
+  GptqSolver& solver_;
+  std::unique_ptr<GptqSolver> cpu_ = make_cpu_gptq_solver();
+};
+
+// The whole model through gptq_quantize_model (the worker's path): every linear quantised on the GPU, each with
+// the CPU's scales and, on the inputs the GPU was given, the CPU's codes but for ties and what they move (at most
+// 1% of a linear's; a CPU run with the Hessians summed in another fp32 order moves at most 0.25% here). A
+// CPU-only run of the whole model keeps the scales but not the later layers' codes: its activations part from
+// the GPU run's at the first code that differs (about 11% of the codes differ in that CPU experiment), so that
+// count is printed, not bounded.
 TEST(GptqCuda, QuantisesAModelAsTheCpuDoes) {
-  auto gpu = gpu_solver();
   SKIP_WITHOUT_CUDA(gpu);
   auto base = load_model("synthetic:tiny", 3);
   ASSERT_TRUE(base.ok()) << base.status().message;
@@ -157,11 +207,22 @@ TEST(GptqCuda, QuantisesAModelAsTheCpuDoes) {
   w4.weight_group_size = 64;
   ModelWeights a = base.value(), b = base.value();
   ASSERT_TRUE(gptq_quantize_model(a, w4, calibration).ok());
-  const Status s = gptq_quantize_model(b, w4, calibration, {}, gpu.get());
+  BesideTheCpu beside(*gpu);
+  const Status s = gptq_quantize_model(b, w4, calibration, {}, &beside);
   ASSERT_TRUE(s.ok()) << s.message;
-  EXPECT_EQ(gpu->name(), "cuda");
+  EXPECT_EQ(beside.name(), "cuda");
   EXPECT_EQ(gpu->seconds().linears, 7 * static_cast<int>(a.layers.size()));
   EXPECT_EQ(gpu->seconds().hessians, 4 * static_cast<int>(a.layers.size()));
+  ASSERT_EQ(beside.seen.size(), 7 * a.layers.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < beside.seen.size(); ++i) {
+    const BesideTheCpu::Linear& r = beside.seen[i];
+    EXPECT_TRUE(r.scales_equal) << "linear " << i << " (" << r.out << " x " << r.in << ")";
+    EXPECT_LE(r.codes_differ, r.codes / 100) << "linear " << i << " (" << r.out << " x " << r.in << ")";
+    worst = std::max(worst, 100.0 * static_cast<double>(r.codes_differ) / static_cast<double>(r.codes));
+  }
+  std::printf("synthetic:tiny W4 g64: on equal inputs at most %.3f%% of a linear's codes differ between the CPU and GPU solvers\n",
+              worst);
   std::size_t codes = 0, differ = 0;
   for (std::size_t i = 0; i < a.layers.size(); ++i) {
     const LayerWeights &la = a.layers[i], &lb = b.layers[i];
@@ -174,8 +235,7 @@ TEST(GptqCuda, QuantisesAModelAsTheCpuDoes) {
       for (std::size_t k = 0; k < p->q.size(); ++k) differ += p->q[k] != q->q[k];
     }
   }
-  std::printf("synthetic:tiny W4 g64: %zu of %zu codes differ between the CPU and GPU solvers\n", differ, codes);
-  EXPECT_LE(differ, codes * 3 / 100);
+  std::printf("synthetic:tiny W4 g64: %zu of %zu codes differ from a CPU-only run of the whole model\n", differ, codes);
 }
 
 }  // namespace
