@@ -106,8 +106,13 @@ class CpuGptqSolver final : public GptqSolver {
   }
 };
 
-Status quantize_group(GptqSolver& solver, const MatF& x, std::initializer_list<std::pair<QuantizedLinear*, int>> linears,
-                      int group_size, const GptqOptions& options) {
+Status quantize_group(GptqSolver& solver, const std::string& where, const MatF& x,
+                      std::initializer_list<std::pair<QuantizedLinear*, int>> linears, int group_size, const GptqOptions& options) {
+  // A NaN passes the Cholesky factorisations' pivot tests (no comparison with it is true) and would come out as
+  // codes: refuse it here, for every solver.
+  if (!x.allFinite())
+    return Status::Invalid("calibration: the activations into " + where +
+                           " are not finite (NaN or inf): the model's weights or the calibration tokens overflow fp32");
   std::vector<GptqLinear> todo;
   for (const auto& [l, bits] : linears) {
     if (bits == 16 || l->out == 0) continue;
@@ -126,6 +131,9 @@ Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::v
                             GptqStageSeconds* seconds) {
   if (bits == 16) return Status::Ok();
   if (Status s = check_quantizable(l, bits, group_size); !s.ok()) return s;
+  if (hessian_in.size() != static_cast<std::size_t>(l.in) * l.in)
+    return Status::Invalid("gptq: a Hessian of " + std::to_string(hessian_in.size()) + " entries for a linear with " +
+                           std::to_string(l.in) + " inputs (it takes in x in)");
   const int n = l.in, rows = l.out, qmax = (1 << (bits - 1)) - 1;
   const int gsize = group_size == 0 ? n : group_size, groups = n / gsize;
   Eigen::Map<Eigen::MatrixXd> h(hessian_in.data(), n, n);
@@ -215,6 +223,7 @@ Status gptq_quantize_model(ModelWeights& w, const LaunchConfig& launch, const st
       pos.push_back(static_cast<int>(t));
     }
   }
+  if (ids.empty()) return Status::Invalid("calibration: the calibration sequences hold no tokens");
   MatF h(static_cast<Eigen::Index>(ids.size()), c.hidden);
   {
     std::vector<float> row(static_cast<std::size_t>(c.hidden));
@@ -230,26 +239,27 @@ Status gptq_quantize_model(ModelWeights& w, const LaunchConfig& launch, const st
   for (int i = 0; i < n; ++i) {
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
     const int ab = launch.weight_bits_for(i, n, ProjKind::kAttn), mb = launch.weight_bits_for(i, n, ProjKind::kMlp);
+    const std::string at = "layer " + std::to_string(i);
     const MatF xa = rms_norm(h, l.attn_norm, c.rms_eps);
-    if (Status s = quantize_group(solver, xa, {{&l.wq, ab}, {&l.wk, ab}, {&l.wv, ab}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, at + " q/k/v", xa, {{&l.wq, ab}, {&l.wk, ab}, {&l.wv, ab}}, g, options); !s.ok()) return s;
     MatF q = linear(xa, l.wq), k = linear(xa, l.wk);
     const MatF v = linear(xa, l.wv);
     rope(q, pos, c.head_dim, c.rope_theta);
     rope(k, pos, c.head_dim, c.rope_theta);
     const MatF ao = attention(q, k, v, c, seqs);
-    if (Status s = quantize_group(solver, ao, {{&l.wo, ab}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, at + " o_proj", ao, {{&l.wo, ab}}, g, options); !s.ok()) return s;
     h += linear(ao, l.wo);
     const MatF xm = rms_norm(h, l.mlp_norm, c.rms_eps);
-    if (Status s = quantize_group(solver, xm, {{&l.w_gate, mb}, {&l.w_up, mb}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, at + " gate/up", xm, {{&l.w_gate, mb}, {&l.w_up, mb}}, g, options); !s.ok()) return s;
     const MatF gate = linear(xm, l.w_gate), up = linear(xm, l.w_up);
     MatF act(gate.rows(), gate.cols());
     act.array() = gate.array() / (1.f + (-gate.array()).exp()) * up.array();
-    if (Status s = quantize_group(solver, act, {{&l.w_down, mb}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, at + " down_proj", act, {{&l.w_down, mb}}, g, options); !s.ok()) return s;
     h += linear(act, l.w_down);
   }
   if (launch.lm_head_bits < 16) {
     const MatF xf = rms_norm(h, w.final_norm, c.rms_eps);
-    if (Status s = quantize_group(solver, xf, {{&w.lm_head, launch.lm_head_bits}}, g, options); !s.ok()) return s;
+    if (Status s = quantize_group(solver, "the lm_head", xf, {{&w.lm_head, launch.lm_head_bits}}, g, options); !s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -41,7 +41,7 @@ struct GptqLinear {
 };
 
 // The numeric work of GPTQ for the linears that share one input: H from the input, then each linear's codes and
-// scales. The CPU solver (Eigen, below) is the reference; engine/cuda/gptq_cuda.h runs the same algorithm on the
+// scales. The CPU solver (Eigen, below) is the reference; engine/cuda/gptq_cuda.cc runs the same algorithm on the
 // GPU (cuBLAS / cuSOLVER) for the worker when a trial runs on CUDA. Both give the same scales and, but for codes
 // at rounding ties, the same codes.
 class GptqSolver {
@@ -65,7 +65,8 @@ std::unique_ptr<GptqSolver> make_cpu_gptq_solver();
 Result<std::unique_ptr<GptqSolver>> make_cuda_gptq_solver(int device_index = 0);
 
 // Quantises `w` (16-bit) under `launch` (bits per projection as quantize_model) with calibration sequences;
-// `solver` null: the CPU one. The forward pass between layers runs on the CPU either way.
+// `solver` null: the CPU one. The forward pass between layers runs on the CPU either way. Calibration without
+// tokens, or activations that are not finite, are refused (kInvalidArgument) before any solver sees them.
 Status gptq_quantize_model(ModelWeights& w, const LaunchConfig& launch, const std::vector<std::vector<int32_t>>& calibration,
                            const GptqOptions& options = {}, GptqSolver* solver = nullptr);
 

@@ -161,6 +161,43 @@ TEST(GptqModel, TheCpuSolverIsTheDefaultAndCountsItsStages) {
   }
 }
 
+// Calibration that carries no information is refused, not turned into weights: without tokens every input
+// would count as dead (all weights zeroed); a non-finite activation would pass the Cholesky factorisations
+// (a NaN fails no pivot test) and give codes from NaN.
+TEST(GptqModel, RefusesCalibrationWithoutTokens) {
+  auto w = load_model("synthetic:tiny", 3);
+  ASSERT_TRUE(w.ok()) << w.status().message;
+  LaunchConfig w4;
+  w4.weight_bits = 4;
+  const Status s = gptq_quantize_model(w.value(), w4, {{}, {}});
+  EXPECT_EQ(s.code, Code::kInvalidArgument);
+  EXPECT_EQ(s.message.rfind("calibration:", 0), 0u) << s.message;
+  EXPECT_EQ(w.value().layers[0].wq.bits, 16);
+}
+
+TEST(GptqModel, RefusesActivationsThatAreNotFinite) {
+  auto w = load_model("synthetic:tiny", 3);
+  ASSERT_TRUE(w.ok()) << w.status().message;
+  QuantizedLinear& embed = w.value().embed;
+  ASSERT_EQ(embed.bits, 16);
+  const uint16_t nan16 = embed.dtype16 == Dtype16::kBF16 ? 0x7fc0 : 0x7e00;
+  for (int i = 0; i < embed.in; ++i) embed.w16[static_cast<std::size_t>(7) * embed.in + i] = nan16;   // token 7's row
+  LaunchConfig w4;
+  w4.weight_bits = 4;
+  const Status s = gptq_quantize_model(w.value(), w4, {{1, 2, 3}, {4, 7, 5}});
+  EXPECT_EQ(s.code, Code::kInvalidArgument);
+  EXPECT_NE(s.message.find("not finite"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("layer 0"), std::string::npos) << s.message;
+}
+
+TEST(GptqLinear, RefusesAHessianOfAnotherWidth) {
+  std::mt19937 rng(3);
+  QuantizedLinear l = random_linear(8, 64, rng);
+  const Status s = gptq_quantize_linear(l, 4, 32, std::vector<double>(32 * 32, 1.0), {});
+  EXPECT_EQ(s.code, Code::kInvalidArgument);
+  EXPECT_EQ(l.bits, 16);
+}
+
 TEST(GptqModel, RefusesMiniCpmSala) {
   auto w = load_model("synthetic:tiny-sala");
   ASSERT_TRUE(w.ok()) << w.status().message;
