@@ -339,6 +339,13 @@ if want gptq; then
     timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no --gtest_filter='GptqCuda.*' >"$OUT/gptq_tests.log" 2>&1
     note "gptq tests (gpu vs cpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/gptq_tests.log" | tr '\n' ' ')"
     grep -E 'codes differ|Failure|^\[  FAILED' "$OUT/gptq_tests.log" | head -24 | tee -a "$summary"
+    # GPTQ_SANITIZER=memcheck|racecheck: the exact-Hessian test under compute-sanitizer (the block kernel's shared
+    # memory and barriers, the solver's buffers), for a first run of the GPU solver.
+    if [[ -n "${GPTQ_SANITIZER:-}" ]] && command -v compute-sanitizer >/dev/null; then
+      timeout 240 compute-sanitizer --tool "$GPTQ_SANITIZER" --error-exitcode 9 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+        --gtest_filter='GptqCuda.EqualsTheCpuWithExactHessians' >"$OUT/gptq_sanitizer.log" 2>&1
+      note "gptq $GPTQ_SANITIZER: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/gptq_sanitizer.log" | tail -1)"
+    fi
   fi
   if [[ -x "$bin/soartune-gptq-bench" ]]; then
     timeout 300 "$bin/soartune-gptq-bench" ${GPTQ_ARGS:-} >"$OUT/gptq_bench.txt" 2>&1
