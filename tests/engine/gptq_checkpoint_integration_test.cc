@@ -17,6 +17,7 @@
 #include "engine/gptq_format.h"
 #include "engine/model_loader.h"
 #include "engine/quantize.h"
+#include "engine_runs.h"
 #include "tiny_model.h"
 
 namespace soartune::engine {
@@ -44,35 +45,10 @@ LaunchConfig mixed() {
 }
 
 ModelWeights quantised(const LaunchConfig& launch) {
-  auto w = load_model("hf:" + tiny_model_dir());
-  EXPECT_TRUE(w.ok()) << w.status().message;
-  const Status s = quantize_model(w.value(), launch);
+  ModelWeights w = testing::load_checked("hf:" + tiny_model_dir());
+  const Status s = quantize_model(w, launch);
   EXPECT_TRUE(s.ok()) << s.message;
-  return std::move(w).value();
-}
-
-// Logits of every position of `ids` through the CPU backend, fp32 KV cache.
-std::vector<float> logits(const ModelWeights& w, const std::vector<int32_t>& ids) {
-  BackendPlan plan;
-  plan.weights = &w;
-  plan.launch.kv_cache_dtype = KvCacheDtype::kFP32;
-  plan.max_sequences = 1;
-  plan.max_step_tokens = plan.max_output_rows = plan.max_context = static_cast<int>(ids.size());
-  auto backend = make_cpu_backend(2);
-  const Status st = backend->prepare(plan);
-  EXPECT_TRUE(st.ok()) << st.message;
-  std::vector<int32_t> pages;
-  for (int p = 0; p < backend->kv_pages(); ++p) pages.push_back(p);
-  const int T = static_cast<int>(ids.size());
-  std::vector<int32_t> pos(static_cast<std::size_t>(T)), rows(static_cast<std::size_t>(T)), argmax(static_cast<std::size_t>(T));
-  for (int t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = rows[static_cast<std::size_t>(t)] = t;
-  StepSequence seq{0, 0, T, 0, std::span<const int32_t>(pages)};
-  Step step{ids, pos, std::span<const StepSequence>(&seq, 1), rows, 0};
-  std::vector<float> lg(static_cast<std::size_t>(T) * w.config.vocab);
-  StepOutput out{argmax, lg, {}};
-  const Status s = backend->forward(step, out);
-  EXPECT_TRUE(s.ok()) << s.message;
-  return lg;
+  return w;
 }
 
 void expect_same_linear(const QuantizedLinear& a, const QuantizedLinear& b, const std::string& name) {
@@ -137,7 +113,7 @@ TEST(GptqCheckpoint, RoundTripGivesTheSameWeightsAndLogits) {
   for (int r = 0; r < 2; ++r) {
     std::vector<int32_t> ids = rows[r]["prompt_ids"].get<std::vector<int32_t>>();
     for (int32_t t : rows[r]["continuation_ids"].get<std::vector<int32_t>>()) ids.push_back(t);
-    const std::vector<float> a = logits(mine, ids), b = logits(run, ids);
+    const std::vector<float> a = testing::cpu_logits(mine, ids), b = testing::cpu_logits(run, ids);
     ASSERT_EQ(a.size(), b.size());
     float max_diff = 0;
     for (std::size_t k = 0; k < a.size(); ++k) max_diff = std::max(max_diff, std::fabs(a[k] - b[k]));

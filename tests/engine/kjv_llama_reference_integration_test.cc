@@ -8,34 +8,20 @@
 
 #include "engine/engine.h"
 #include "engine/model_loader.h"
+#include "engine_runs.h"
 #include "tiny_model.h"
 
 namespace soartune::engine {
 namespace {
 
+using testing::fp32_engine;
+using testing::greedy_continuations;
 using testing::read_jsonl;
+using testing::teacher_forced_top1;
 
 std::string kjv_dir() { return std::string(SOARTUNE_SOURCE_DIR) + "/configs/models/kjv-llama"; }
 
-const ModelWeights& kjv() {
-  static const ModelWeights w = [] {
-    auto r = load_model("hf:" + kjv_dir());
-    EXPECT_TRUE(r.ok()) << r.status().message;
-    return r.ok() ? std::move(r).value() : ModelWeights{};
-  }();
-  return w;
-}
-
-std::unique_ptr<Engine> fp32_engine(int max_running, int prefill) {
-  EngineOptions o;
-  o.launch.kv_cache_dtype = KvCacheDtype::kFP32;
-  o.launch.max_running_requests = max_running;
-  o.launch.max_prefill_tokens = prefill;
-  o.max_context = 256;
-  auto e = Engine::create(make_cpu_backend(), kjv(), o);
-  EXPECT_TRUE(e.ok()) << e.status().message;
-  return e.ok() ? std::move(e).value() : nullptr;
-}
+const ModelWeights& kjv() { return testing::shared_model("hf:" + kjv_dir()); }
 
 TEST(KjvLlama, LoadsAsTiedLlama) {
   const ModelConfig& c = kjv().config;
@@ -51,26 +37,20 @@ TEST(KjvLlama, LoadsAsTiedLlama) {
 TEST(KjvLlama, TeacherForcedTop1MatchesFp32Reference) {
   const auto rows = read_jsonl(kjv_dir() + "/eval_public.jsonl");
   ASSERT_EQ(rows.size(), 64u);
-  auto engine = fp32_engine(16, 1024);
+  auto engine = fp32_engine(kjv(), 16, 1024);
   ASSERT_NE(engine, nullptr);
-  for (const auto& r : rows)
-    ASSERT_TRUE(engine->add_teacher_forced(r["prompt_ids"].get<std::vector<int32_t>>(),
-                                           r["continuation_ids"].get<std::vector<int32_t>>()).ok());
-  ASSERT_TRUE(engine->run_until_idle().ok());
-  auto done = engine->take_finished();
-  ASSERT_EQ(done.size(), rows.size());
+  const auto got = teacher_forced_top1(*engine, rows);
   int64_t match = 0, total = 0, off_tie = 0;
-  for (const auto& f : done) {
-    const auto& row = rows[static_cast<std::size_t>(f.id)];
-    const auto want = row["ref_fp32_teacher_forced_top1"].get<std::vector<int32_t>>();
-    const auto ties = row["ref_fp32_teacher_forced_near_ties"].get<std::vector<int>>();
-    ASSERT_EQ(f.output.size(), want.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto want = rows[r]["ref_fp32_teacher_forced_top1"].get<std::vector<int32_t>>();
+    const auto ties = rows[r]["ref_fp32_teacher_forced_near_ties"].get<std::vector<int>>();
+    ASSERT_EQ(got[r].size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i) {
-      if (f.output[i] == want[i]) {
+      if (got[r][i] == want[i]) {
         ++match;
       } else if (std::find(ties.begin(), ties.end(), static_cast<int>(i)) == ties.end()) {
         ++off_tie;
-        ADD_FAILURE() << "row " << f.id << " position " << i << ": engine " << f.output[i] << ", reference "
+        ADD_FAILURE() << "row " << r << " position " << i << ": engine " << got[r][i] << ", reference "
                       << want[i] << " (not a recorded near-tie)";
       }
     }
@@ -86,20 +66,16 @@ TEST(KjvLlama, GreedyContinuationsMatchBatched) {
   const auto rows = read_jsonl(kjv_dir() + "/greedy_reference.jsonl");
   ASSERT_EQ(rows.size(), 32u);
   // 16 running at once out of 32 and a small chunk: sequences join and leave mid-flight, prompts split.
-  auto engine = fp32_engine(16, 48);
+  auto engine = fp32_engine(kjv(), 16, 48);
   ASSERT_NE(engine, nullptr);
-  for (const auto& r : rows)
-    ASSERT_TRUE(engine->add_request(r["prompt_ids"].get<std::vector<int32_t>>(),
-                                    static_cast<int>(r["reference_greedy_fp32"].size())).ok());
-  ASSERT_TRUE(engine->run_until_idle().ok());
-  auto done = engine->take_finished();
-  ASSERT_EQ(done.size(), rows.size());
+  const auto got = greedy_continuations(*engine, rows, "reference_greedy_fp32");
   int exact = 0;
-  for (const auto& f : done) {
-    const auto& row = rows[static_cast<std::size_t>(f.id)];
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto& row = rows[r];
+    const std::vector<int32_t>& out = got[r];
     const auto want = row["reference_greedy_fp32"].get<std::vector<int32_t>>();
-    ASSERT_EQ(f.output.size(), want.size());
-    const auto diverge = std::mismatch(f.output.begin(), f.output.end(), want.begin()).first - f.output.begin();
+    ASSERT_EQ(out.size(), want.size());
+    const auto diverge = std::mismatch(out.begin(), out.end(), want.begin()).first - out.begin();
     if (diverge == static_cast<std::ptrdiff_t>(want.size())) {
       ++exact;
       continue;
@@ -107,7 +83,7 @@ TEST(KjvLlama, GreedyContinuationsMatchBatched) {
     // After a near-tie the two continuations may rightly part: both tokens were (almost) equally likely.
     const auto ties = row["near_ties"].get<std::vector<int>>();
     EXPECT_NE(std::find(ties.begin(), ties.end(), static_cast<int>(diverge)), ties.end())
-        << "row " << f.id << " parts from the reference at token " << diverge << " (engine " << f.output[diverge]
+        << "row " << r << " parts from the reference at token " << diverge << " (engine " << out[diverge]
         << ", reference " << want[diverge] << "), which is not a recorded near-tie";
   }
   std::printf("greedy continuations equal to the reference: %d of %zu\n", exact, rows.size());

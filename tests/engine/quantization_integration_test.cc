@@ -7,44 +7,24 @@
 #include "engine/engine.h"
 #include "engine/model_loader.h"
 #include "engine/quantize.h"
+#include "engine_runs.h"
 #include "tiny_model.h"
 
 namespace soartune::engine {
 namespace {
 
-using testing::read_jsonl;
 using testing::tiny_model_dir;
 
 constexpr int kPassages = 16;
 
 std::vector<std::vector<int32_t>> top1(const LaunchConfig& launch) {
-  auto w = load_model("hf:" + tiny_model_dir());
-  EXPECT_TRUE(w.ok()) << w.status().message;
-  EXPECT_TRUE(quantize_model(w.value(), launch).ok());
-  EngineOptions o;
-  o.launch = launch;
-  o.launch.max_running_requests = kPassages;
-  o.max_context = 256;
-  auto e = Engine::create(make_cpu_backend(), w.value(), o);
-  EXPECT_TRUE(e.ok()) << e.status().message;
-  const auto rows = read_jsonl(tiny_model_dir() + "/eval_public.jsonl");
-  for (int i = 0; i < kPassages; ++i)
-    EXPECT_TRUE(e.value()->add_teacher_forced(rows[i]["prompt_ids"].get<std::vector<int32_t>>(),
-                                              rows[i]["continuation_ids"].get<std::vector<int32_t>>()).ok());
-  EXPECT_TRUE(e.value()->run_until_idle().ok());
-  std::vector<std::vector<int32_t>> out(kPassages);
-  for (auto& f : e.value()->take_finished()) out[static_cast<std::size_t>(f.id)] = f.output;
-  return out;
+  ModelWeights w = testing::load_checked("hf:" + tiny_model_dir());
+  EXPECT_TRUE(quantize_model(w, launch).ok());
+  return testing::tiny_model_top1(w, launch, kPassages);
 }
 
 double agreement_pct(const std::vector<std::vector<int32_t>>& a, const std::vector<std::vector<int32_t>>& b) {
-  int64_t same = 0, n = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    for (std::size_t k = 0; k < a[i].size(); ++k) {
-      same += a[i][k] == b[i][k];
-      ++n;
-    }
-  return 100.0 * same / n;
+  return testing::agreement(a, b).pct();
 }
 
 LaunchConfig weights(int bits, int group) {

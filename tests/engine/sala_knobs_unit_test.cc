@@ -10,45 +10,19 @@
 #include "engine/engine.h"
 #include "engine/model_loader.h"
 #include "engine/quantize.h"
+#include "engine_runs.h"
 
 namespace soartune::engine {
 namespace {
 
-ModelWeights tiny_sala() {
-  auto loaded = load_model("synthetic:tiny-sala", 5);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().message;
-  return loaded.ok() ? std::move(loaded).value() : ModelWeights{};
-}
+using testing::cpu_logits;
+
+ModelWeights tiny_sala() { return testing::load_checked("synthetic:tiny-sala", 5); }
 
 std::vector<int32_t> prompt(int n, uint32_t seed) {
   std::vector<int32_t> ids;
   for (int i = 0; i < n; ++i) ids.push_back(2 + static_cast<int32_t>((seed = seed * 1664525u + 1013904223u) >> 8) % 4000);
   return ids;
-}
-
-// Every position's logits of one sequence prefilled in one step under `launch`.
-std::vector<float> logits_of(const ModelWeights& w, const std::vector<int32_t>& ids, LaunchConfig launch) {
-  BackendPlan plan;
-  plan.weights = &w;
-  plan.launch = launch;
-  plan.launch.kv_cache_dtype = KvCacheDtype::kFP32;
-  plan.max_sequences = 1;
-  plan.max_step_tokens = plan.max_output_rows = plan.max_context = static_cast<int>(ids.size());
-  auto backend = make_cpu_backend(2);
-  const Status st = backend->prepare(plan);
-  EXPECT_TRUE(st.ok()) << st.message;
-  std::vector<int32_t> pages;
-  for (int p = 0; p < backend->kv_pages(); ++p) pages.push_back(p);
-  const int T = static_cast<int>(ids.size());
-  std::vector<int32_t> pos(static_cast<std::size_t>(T)), rows(static_cast<std::size_t>(T)), argmax(static_cast<std::size_t>(T));
-  for (int t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = t, rows[static_cast<std::size_t>(t)] = t;
-  StepSequence seq{0, 0, T, 0, std::span<const int32_t>(pages)};
-  Step step{ids, pos, std::span<const StepSequence>(&seq, 1), rows, 0};
-  std::vector<float> lg(static_cast<std::size_t>(T) * w.config.vocab);
-  StepOutput out{argmax, lg, {}};
-  const Status s = backend->forward(step, out);
-  EXPECT_TRUE(s.ok()) << s.message;
-  return lg;
 }
 
 double max_diff(const std::vector<float>& a, const std::vector<float>& b, std::size_t from = 0, std::size_t to = 0) {
@@ -111,10 +85,10 @@ TEST(SalaKnobs, LightningChunkLeavesResultsUnchanged) {
   const std::vector<int32_t> ids = prompt(300, 3);   // 300 tokens: partial last chunks at 32, 64 and 128
   LaunchConfig launch = LaunchConfig::reference();
   launch.lightning_chunk = 64;
-  const std::vector<float> want = logits_of(w, ids, launch);
+  const std::vector<float> want = cpu_logits(w, ids, launch);
   for (int chunk : {32, 128}) {
     launch.lightning_chunk = chunk;
-    const double err = max_diff(logits_of(w, ids, launch), want);
+    const double err = max_diff(cpu_logits(w, ids, launch), want);
     std::printf("lightning_chunk %d vs 64: max |logit diff| %.3g (logits up to %.3g)\n", chunk, err, max_abs(want));
     EXPECT_LE(err, 1e-4 * std::max(1.0, max_abs(want))) << "chunk " << chunk;
   }
@@ -124,9 +98,9 @@ TEST(SalaKnobs, Bf16LightningStateMovesLogitsByRoundingOnly) {
   const ModelWeights w = tiny_sala();
   const std::vector<int32_t> ids = prompt(300, 4);
   LaunchConfig launch = LaunchConfig::reference();
-  const std::vector<float> fp32 = logits_of(w, ids, launch);
+  const std::vector<float> fp32 = cpu_logits(w, ids, launch);
   launch.lightning_state_dtype = StateDtype::kBF16;
-  const std::vector<float> bf16 = logits_of(w, ids, launch);
+  const std::vector<float> bf16 = cpu_logits(w, ids, launch);
   const double err = max_diff(bf16, fp32), scale = max_abs(fp32);
   const double agree = top1_agreement(bf16, fp32, w.config.vocab);
   std::printf("bf16 vs fp32 lightning state: max |logit diff| %.3g (logits up to %.3g), top-1 agreement %.4f\n", err,
@@ -160,19 +134,19 @@ TEST(SalaKnobs, SparseKnobsActAsTheModelsSparseConfig) {
   const std::size_t V = static_cast<std::size_t>(base.config.vocab);
   const LaunchConfig reference = LaunchConfig::reference();
 
-  const std::vector<float> want_dense = logits_of(dense, ids, reference);
+  const std::vector<float> want_dense = cpu_logits(dense, ids, reference);
   // The model's own sparse_config keeps every block up to 64 + 128 blocks: dense within this context.
-  EXPECT_LE(max_diff(logits_of(model, ids, reference), want_dense), 1e-5);
+  EXPECT_LE(max_diff(cpu_logits(model, ids, reference), want_dense), 1e-5);
   // sparse_attention: false is the dense fallback, exactly.
   LaunchConfig off = reference;
   off.sparse_attention = false;
-  EXPECT_EQ(max_diff(logits_of(narrowed, ids, off), want_dense), 0.0);
+  EXPECT_EQ(max_diff(cpu_logits(narrowed, ids, off), want_dense), 0.0);
   // sparse_topk / sparse_window over the model's config equal the same values in the config.
   LaunchConfig knobs = reference;
   knobs.sparse_topk = 16;
   knobs.sparse_window = 512;
-  const std::vector<float> got = logits_of(model, ids, knobs);
-  EXPECT_EQ(max_diff(got, logits_of(narrowed, ids, reference)), 0.0);
+  const std::vector<float> got = cpu_logits(model, ids, knobs);
+  EXPECT_EQ(max_diff(got, cpu_logits(narrowed, ids, reference)), 0.0);
   // And they select: equal to dense while 48 blocks cover the context (positions < 768), different after.
   const double before = max_diff(got, want_dense, 0, 768 * V), after = max_diff(got, want_dense, 768 * V);
   std::printf("sparse_topk 16, sparse_window 512 vs dense: max diff %.3g before position 768, %.3g from it\n", before,

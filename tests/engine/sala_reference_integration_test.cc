@@ -2,36 +2,33 @@
 // (computed from the official modeling code's semantics, never by this engine): full logits, the residual
 // stream layer by layer, teacher-forced top-1, greedy continuations, and decode == prefill.
 #include <cmath>
-#include <cstring>
-#include <fstream>
+#include <cstdio>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "engine/model_loader.h"
+#include "engine_runs.h"
 #include "single_sequence.h"
 #include "tiny_model.h"
 
 namespace soartune::engine {
 namespace {
 
+using testing::agreement;
+using testing::field_of;
+using testing::fp32_engine;
+using testing::greedy_continuations;
 using testing::random_ids;
 using testing::read_jsonl;
 using testing::SingleSequence;
+using testing::teacher_forced_top1;
 using testing::tiny_sala_dir;
 
-const ModelWeights& sala() {
-  static const ModelWeights w = [] {
-    auto r = load_model("hf:" + tiny_sala_dir());
-    EXPECT_TRUE(r.ok()) << r.status().message;
-    return r.ok() ? std::move(r).value() : ModelWeights{};
-  }();
-  return w;
-}
+const ModelWeights& sala() { return testing::shared_model("hf:" + tiny_sala_dir()); }
 
-// reference_logits.safetensors holds an int64 tensor, which the checkpoint reader does not take: read the
-// three tensors here (8-byte header length, JSON header, little-endian data).
+// reference_logits.safetensors holds an int64 tensor, which the checkpoint reader does not take.
 struct ReferenceLogits {
   std::vector<int64_t> input_ids;          // [4][64]
   std::vector<float> logits;               // [4][64][vocab]
@@ -41,26 +38,12 @@ struct ReferenceLogits {
 
 ReferenceLogits read_reference_logits() {
   ReferenceLogits r;
-  std::ifstream in(tiny_sala_dir() + "/reference_logits.safetensors", std::ios::binary);
-  uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  std::string header(n, ' ');
-  in.read(header.data(), static_cast<std::streamsize>(n));
-  const auto h = nlohmann::json::parse(header);
-  std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto copy = [&](const char* name, auto* out, std::vector<int64_t>* shape) {
-    const auto& t = h.at(name);
-    *shape = t.at("shape").get<std::vector<int64_t>>();
-    const auto off = t.at("data_offsets").get<std::vector<std::size_t>>();
-    using T = typename std::remove_pointer_t<decltype(out)>::value_type;
-    out->resize((off[1] - off[0]) / sizeof(T));
-    std::memcpy(out->data(), data.data() + off[0], off[1] - off[0]);
-  };
-  EXPECT_EQ(h.at("input_ids").at("dtype"), "I64");
-  EXPECT_EQ(h.at("logits").at("dtype"), "F32");
-  copy("input_ids", &r.input_ids, &r.ids_shape);
-  copy("logits", &r.logits, &r.logits_shape);
-  copy("residual_stream_prompt0", &r.residual, &r.residual_shape);
+  const testing::RawSafetensors f = testing::read_safetensors_by_hand(tiny_sala_dir() + "/reference_logits.safetensors");
+  EXPECT_EQ(f.header.at("input_ids").at("dtype"), "I64");
+  EXPECT_EQ(f.header.at("logits").at("dtype"), "F32");
+  r.input_ids = f.tensor<int64_t>("input_ids", &r.ids_shape);
+  r.logits = f.tensor<float>("logits", &r.logits_shape);
+  r.residual = f.tensor<float>("residual_stream_prompt0", &r.residual_shape);
   return r;
 }
 
@@ -128,41 +111,15 @@ TEST(SalaReference, DecodeStepByStepEqualsOneFullPrefill) {
   }
 }
 
-std::unique_ptr<Engine> make_engine(int max_running, int prefill) {
-  EngineOptions o;
-  o.launch.kv_cache_dtype = KvCacheDtype::kFP32;
-  o.launch.max_running_requests = max_running;
-  o.launch.max_prefill_tokens = prefill;
-  o.max_context = 160;
-  auto e = Engine::create(make_cpu_backend(), sala(), o);
-  EXPECT_TRUE(e.ok()) << e.status().message;
-  return std::move(e).value();
-}
-
 TEST(SalaReference, TeacherForcedTop1MatchesFp32Reference) {
   SKIP_WITHOUT_TINY_SALA();
   const auto rows = read_jsonl(tiny_sala_dir() + "/eval_public.jsonl");
   ASSERT_EQ(rows.size(), 32u);
-  auto engine = make_engine(16, 1024);
-  std::vector<std::vector<int32_t>> want;
-  for (const auto& r : rows) {
-    ASSERT_TRUE(engine->add_teacher_forced(r["prompt_ids"].get<std::vector<int32_t>>(),
-                                           r["continuation_ids"].get<std::vector<int32_t>>()).ok());
-    want.push_back(r["ref_teacher_forced_top1"].get<std::vector<int32_t>>());
-  }
-  ASSERT_TRUE(engine->run_until_idle().ok());
-  auto done = engine->take_finished();
-  ASSERT_EQ(done.size(), rows.size());
-  int64_t match = 0, total = 0;
-  for (const auto& f : done) {
-    const auto& w = want[static_cast<std::size_t>(f.id)];
-    ASSERT_EQ(f.output.size(), w.size());
-    for (std::size_t i = 0; i < w.size(); ++i) match += f.output[i] == w[i];
-    total += static_cast<int64_t>(w.size());
-  }
-  const double pct = 100.0 * match / total;
-  std::printf("teacher-forced fp32 top-1 agreement: %.3f%% of %lld positions\n", pct, static_cast<long long>(total));
-  EXPECT_GE(pct, 99.9);
+  auto engine = fp32_engine(sala(), 16, 1024, 160);
+  ASSERT_NE(engine, nullptr);
+  const testing::Agreement a = agreement(teacher_forced_top1(*engine, rows), field_of(rows, "ref_teacher_forced_top1"));
+  std::printf("teacher-forced fp32 top-1 agreement: %.3f%% of %lld positions\n", a.pct(), static_cast<long long>(a.positions));
+  EXPECT_GE(a.pct(), 99.9);
 }
 
 TEST(SalaReference, GreedyContinuationsMatchBatched) {
@@ -171,20 +128,15 @@ TEST(SalaReference, GreedyContinuationsMatchBatched) {
   ASSERT_EQ(rows.size(), 16u);
   // 6 running at once out of 16 and a 40-token prefill budget: slots are reused (their lightning state reset),
   // prompts are split across steps, decode and prefill tokens share steps.
-  auto engine = make_engine(6, 40);
-  std::vector<std::vector<int32_t>> want;
-  for (const auto& r : rows) {
-    want.push_back(r["reference_greedy_fp32"].get<std::vector<int32_t>>());
-    ASSERT_TRUE(engine->add_request(r["prompt_ids"].get<std::vector<int32_t>>(), static_cast<int>(want.back().size())).ok());
-  }
-  ASSERT_TRUE(engine->run_until_idle().ok());
-  auto done = engine->take_finished();
-  ASSERT_EQ(done.size(), rows.size());
+  auto engine = fp32_engine(sala(), 6, 40, 160);
+  ASSERT_NE(engine, nullptr);
+  const auto want = field_of(rows, "reference_greedy_fp32");
+  const auto got = greedy_continuations(*engine, rows, "reference_greedy_fp32");
   int exact = 0;
-  for (const auto& f : done) {
-    const bool same = f.output == want[static_cast<std::size_t>(f.id)];
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const bool same = got[i] == want[i];
     exact += same;
-    EXPECT_TRUE(same) << "request " << f.id;
+    EXPECT_TRUE(same) << "request " << i;
   }
   std::printf("greedy continuations equal to the reference: %d of %zu\n", exact, rows.size());
 }

@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/model_loader.h"
 #include "engine/sparse_attention.h"
+#include "engine_runs.h"
 
 namespace soartune::engine {
 namespace {
@@ -52,32 +53,7 @@ TEST(SparseAttention, SelectsInitialLocalAndBestScoringBlocks) {
 
 // Every position's logits of one sequence, prefilled in chunks of `chunk` (1 = token by token).
 std::vector<float> logits_of(const ModelWeights& w, const std::vector<int32_t>& ids, int chunk) {
-  BackendPlan plan;
-  plan.weights = &w;
-  plan.launch.kv_cache_dtype = KvCacheDtype::kFP32;
-  plan.max_sequences = 1;
-  plan.max_step_tokens = plan.max_output_rows = plan.max_context = static_cast<int>(ids.size());
-  auto backend = make_cpu_backend(2);
-  const Status st = backend->prepare(plan);
-  EXPECT_TRUE(st.ok()) << st.message;
-  std::vector<int32_t> pages;
-  for (int p = 0; p < backend->kv_pages(); ++p) pages.push_back(p);
-  const int V = w.config.vocab, n = static_cast<int>(ids.size());
-  std::vector<float> all;
-  for (int p0 = 0; p0 < n; p0 += chunk) {
-    const int T = std::min(chunk, n - p0);
-    std::vector<int32_t> toks(ids.begin() + p0, ids.begin() + p0 + T), pos(static_cast<std::size_t>(T)), rows(static_cast<std::size_t>(T)),
-        argmax(static_cast<std::size_t>(T));
-    for (int t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = p0 + t, rows[static_cast<std::size_t>(t)] = t;
-    StepSequence seq{0, 0, T, p0, std::span<const int32_t>(pages)};
-    Step step{toks, pos, std::span<const StepSequence>(&seq, 1), rows, 0};
-    std::vector<float> lg(static_cast<std::size_t>(T) * V);
-    StepOutput out{argmax, lg, {}};
-    const Status s = backend->forward(step, out);
-    EXPECT_TRUE(s.ok()) << s.message;
-    all.insert(all.end(), lg.begin(), lg.end());
-  }
-  return all;
+  return testing::cpu_logits(w, ids, {}, chunk);
 }
 
 double max_diff(const std::vector<float>& a, const std::vector<float>& b, std::size_t from = 0) {

@@ -1,12 +1,18 @@
 // Access to the shared test models (tiny-llama-bpe4k, tiny-sala) and their reference outputs.
 #pragma once
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "engine/model_loader.h"
 
 namespace soartune::engine::testing {
 
@@ -23,6 +29,51 @@ inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   while (std::getline(in, line))
     if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
   return rows;
+}
+
+// The model `spec` names (load_model's syntax), or empty weights after a test failure naming why.
+inline ModelWeights load_checked(const std::string& spec, uint64_t seed = 1) {
+  auto r = load_model(spec, seed);
+  EXPECT_TRUE(r.ok()) << spec << ": " << r.status().message;
+  return r.ok() ? std::move(r).value() : ModelWeights{};
+}
+
+// The same, loaded once per test program and shared by the tests that only read it.
+inline const ModelWeights& shared_model(const std::string& spec) {
+  static std::map<std::string, ModelWeights> loaded;   // a map: references stay valid as it grows
+  auto it = loaded.find(spec);
+  if (it == loaded.end()) it = loaded.emplace(spec, load_checked(spec)).first;
+  return it->second;
+}
+
+// A safetensors file read by hand (8-byte little-endian header length, JSON header, data), for reference
+// outputs whose dtypes (int64) the checkpoint reader does not take.
+struct RawSafetensors {
+  nlohmann::json header;
+  std::vector<char> data;
+
+  // Tensor `name` as T (the caller checks the dtype in `header`); its shape into `shape` when given.
+  template <typename T>
+  std::vector<T> tensor(const char* name, std::vector<int64_t>* shape = nullptr) const {
+    const auto& t = header.at(name);
+    if (shape) *shape = t.at("shape").get<std::vector<int64_t>>();
+    const auto off = t.at("data_offsets").get<std::vector<std::size_t>>();
+    std::vector<T> out((off[1] - off[0]) / sizeof(T));
+    std::memcpy(out.data(), data.data() + off[0], off[1] - off[0]);
+    return out;
+  }
+};
+
+inline RawSafetensors read_safetensors_by_hand(const std::string& path) {
+  RawSafetensors f;
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, ' ');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  f.header = nlohmann::json::parse(header);
+  f.data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return f;
 }
 
 }  // namespace soartune::engine::testing
