@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +98,16 @@ inline Agreement agreement(const std::vector<std::vector<int32_t>>& a, const std
     g.positions += static_cast<int64_t>(b[i].size());
   }
   return g;
+}
+
+// Teacher-forced top-1 of `rows` on fp32_engine(w, 16, 1024, max_context) against each row's `field`, printed.
+inline Agreement fp32_top1_agreement(const ModelWeights& w, const std::vector<nlohmann::json>& rows, const char* field,
+                                     int max_context = 256) {
+  auto engine = fp32_engine(w, 16, 1024, max_context);
+  if (!engine) return {};
+  const Agreement a = agreement(teacher_forced_top1(*engine, rows), field_of(rows, field));
+  std::printf("teacher-forced fp32 top-1 agreement: %.3f%% of %lld positions\n", a.pct(), static_cast<long long>(a.positions));
+  return a;
 }
 
 // Teacher-forced top-1 of the shared tiny model's first `passages` rows of eval_public.jsonl, all at once, under

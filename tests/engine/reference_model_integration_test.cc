@@ -9,13 +9,11 @@
 namespace soartune::engine {
 namespace {
 
-using testing::agreement;
 using testing::field_of;
 using testing::fp32_engine;
 using testing::greedy_continuations;
 using testing::read_jsonl;
 using testing::shared_model;
-using testing::teacher_forced_top1;
 using testing::tiny_model_dir;
 
 const ModelWeights& tiny() { return shared_model("hf:" + tiny_model_dir()); }
@@ -24,11 +22,7 @@ TEST(ReferenceModel, TeacherForcedTop1MatchesFp32Reference) {
   SKIP_WITHOUT_TINY_MODEL();
   const auto rows = read_jsonl(tiny_model_dir() + "/eval_public.jsonl");
   ASSERT_EQ(rows.size(), 64u);
-  auto engine = fp32_engine(tiny(), 16, 1024);
-  ASSERT_NE(engine, nullptr);
-  const testing::Agreement a = agreement(teacher_forced_top1(*engine, rows), field_of(rows, "hf_fp32_teacher_forced_top1"));
-  std::printf("teacher-forced fp32 top-1 agreement: %.3f%% of %lld positions\n", a.pct(), static_cast<long long>(a.positions));
-  EXPECT_GE(a.pct(), 99.5);
+  EXPECT_GE(testing::fp32_top1_agreement(tiny(), rows, "hf_fp32_teacher_forced_top1").pct(), 99.5);
 }
 
 TEST(ReferenceModel, GreedyContinuationsMatchBatched) {

@@ -16,14 +16,12 @@
 namespace soartune::engine {
 namespace {
 
-using testing::agreement;
 using testing::field_of;
 using testing::fp32_engine;
 using testing::greedy_continuations;
 using testing::random_ids;
 using testing::read_jsonl;
 using testing::SingleSequence;
-using testing::teacher_forced_top1;
 using testing::tiny_sala_dir;
 
 const ModelWeights& sala() { return testing::shared_model("hf:" + tiny_sala_dir()); }
@@ -115,11 +113,7 @@ TEST(SalaReference, TeacherForcedTop1MatchesFp32Reference) {
   SKIP_WITHOUT_TINY_SALA();
   const auto rows = read_jsonl(tiny_sala_dir() + "/eval_public.jsonl");
   ASSERT_EQ(rows.size(), 32u);
-  auto engine = fp32_engine(sala(), 16, 1024, 160);
-  ASSERT_NE(engine, nullptr);
-  const testing::Agreement a = agreement(teacher_forced_top1(*engine, rows), field_of(rows, "ref_teacher_forced_top1"));
-  std::printf("teacher-forced fp32 top-1 agreement: %.3f%% of %lld positions\n", a.pct(), static_cast<long long>(a.positions));
-  EXPECT_GE(a.pct(), 99.9);
+  EXPECT_GE(testing::fp32_top1_agreement(sala(), rows, "ref_teacher_forced_top1", 160).pct(), 99.9);
 }
 
 TEST(SalaReference, GreedyContinuationsMatchBatched) {
