@@ -210,20 +210,26 @@ if want timing; then
   done
 fi
 
+# A new kernel's GPU tests, then its timing program: $1 names the logs, $2 is the gtest filter, $3 the tests'
+# time limit, $4 what of their log goes into the summary, $5 the timing program (copied whole into the summary).
+kernel_tests_then_timing() {
+  timeout "$3" "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter="$2" >"$OUT/$1_tests.log" 2>&1
+  note "$1 tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$1_tests.log" | tr '\n' ' ')"
+  grep -E "$4" "$OUT/$1_tests.log" | head -40 | tee -a "$summary"
+  if [[ -x "$bin/$5" ]]; then
+    timeout 240 "$bin/$5" >"$OUT/$5.txt" 2>&1
+    note "$5: rc=$? ($OUT/$5.txt)"
+    tee -a "$summary" <"$OUT/$5.txt"
+  else
+    note "$5: not in the bundle (BUNDLE_EXES)"
+  fi
+}
+
 # InfLLM-v2 sparse attention (kernels/sparse_attention.cu): its GPU tests against the CPU twin (>= 16k-token
 # contexts, dense_len lowered), then one softmax layer at 60k tokens, sparse against the dense paged kernels
 # (tests/kernels/sparse_attention_timing.cu). Bundle with BUNDLE_EXES="soartune_kernel_gpu_tests sparse_attention_timing".
 if want sparse; then
-  timeout 300 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='SparseAttention*' >"$OUT/sparse_tests.log" 2>&1
-  note "sparse attention tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/sparse_tests.log" | tr '\n' ' ')"
-  grep -E '^rows|^plan|^mismatch|Failure|FAILED' "$OUT/sparse_tests.log" | head -40 | tee -a "$summary"
-  if [[ -x "$bin/sparse_attention_timing" ]]; then
-    timeout 240 "$bin/sparse_attention_timing" >"$OUT/sparse_attention_timing.txt" 2>&1
-    note "sparse_attention_timing: rc=$? ($OUT/sparse_attention_timing.txt)"
-    tee -a "$summary" <"$OUT/sparse_attention_timing.txt"
-  else
-    note "sparse_attention_timing: not in the bundle (BUNDLE_EXES)"
-  fi
+  kernel_tests_then_timing sparse 'SparseAttention*' 300 '^rows|^plan|^mismatch|Failure|FAILED' sparse_attention_timing
 fi
 
 # The sparse attention kernels under compute-sanitizer: memcheck, racecheck (the attend kernel reuses its tile
@@ -244,17 +250,8 @@ fi
 # Lightning attention (MiniCPM-SALA): its GPU tests against the CPU twins, then its timing program
 # (tests/kernels/lightning_timing.cu, the release shape: decode batch 1 / 8 / 64, prefill of 4k and 60k tokens).
 if want lightning; then
-  timeout 200 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='Lightning*:OutputGate*' \
-    >"$OUT/lightning_tests.log" 2>&1
-  note "lightning tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/lightning_tests.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED|Failure|error|Expected|Which is|normalized|output of|state of' "$OUT/lightning_tests.log" | head -30 | tee -a "$summary"
-  if [[ -x "$bin/lightning_timing" ]]; then
-    timeout 240 "$bin/lightning_timing" >"$OUT/lightning_timing.txt" 2>&1
-    note "lightning_timing: rc=$? ($OUT/lightning_timing.txt)"
-    tee -a "$summary" <"$OUT/lightning_timing.txt"
-  else
-    note "lightning_timing: not in the bundle (BUNDLE_EXES)"
-  fi
+  kernel_tests_then_timing lightning 'Lightning*:OutputGate*' 200 \
+    '^\[  FAILED|Failure|error|Expected|Which is|normalized|output of|state of' lightning_timing
 fi
 
 # Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)
