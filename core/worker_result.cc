@@ -46,6 +46,8 @@ Result<WorkerResult> read(const json& j) {
       r.number(*t, "load", "timings_s.load", out.load_s, false);
       r.number(*t, "accuracy", "timings_s.accuracy", out.accuracy_s, false);
       r.number(*t, "tiers", "timings_s.tiers", out.tiers_s, false);
+      r.number(*t, "weights", "timings_s.weights", out.weights_s, false);
+      r.number(*t, "prepare", "timings_s.prepare", out.prepare_s, false);
     }
   }
   if (const json* p = r.find(j, "plans")) {
@@ -149,7 +151,8 @@ std::string to_json(const WorkerResult& r) {
                            {"seconds", r.quantization.seconds}};
     if (!r.quantization.solver.empty()) j["quantization"]["solver"] = r.quantization.solver;
     j["peak_memory_bytes"] = r.peak_memory_bytes;
-    j["timings_s"] = {{"load", r.load_s}, {"accuracy", r.accuracy_s}, {"tiers", r.tiers_s}};
+    j["timings_s"] = {{"load", r.load_s}, {"accuracy", r.accuracy_s}, {"tiers", r.tiers_s},
+                      {"weights", r.weights_s}, {"prepare", r.prepare_s}};
   }
   if (!r.backend.empty()) j["backend"] = r.backend;
   if (!r.device.empty()) j["device"] = r.device;

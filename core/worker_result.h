@@ -79,6 +79,9 @@ struct WorkerResult {
   QuantizationFacts quantization;
   int64_t peak_memory_bytes = 0;
   double load_s = 0, accuracy_s = 0, tiers_s = 0;   // where the worker's time went
+  // Parts of load_s: reading or synthesising the weights, and preparing the timed engine (the backend's upload,
+  // repacking, kernel plans and graphs); the rest of it is quantisation (quantization.seconds) and set-up.
+  double weights_s = 0, prepare_s = 0;
   std::vector<KernelPlan> plans;
   // The environment variables that can change timings, as the worker saw them (kTimingEnvironment).
   std::map<std::string, std::string> env;

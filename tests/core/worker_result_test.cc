@@ -24,6 +24,8 @@ WorkerResult full_result() {
   r.load_s = 3;
   r.accuracy_s = 1.5;
   r.tiers_s = 2.25;
+  r.weights_s = 1.25;
+  r.prepare_s = 0.5;
   r.plans = {{"gemv", "m1 n4096 k4096", {{"variant", "m1w8u2b4"}}}, {"attention_decode", "h32 d128", {{"kv_splits", "4"}}}};
   r.env = {{"CUDA_VISIBLE_DEVICES", "0"}};
   r.quantization = {"gptq", 48, 2, false, 12.5, "cuda"};
@@ -45,6 +47,8 @@ TEST(WorkerResult, RoundTripsThroughJson) {
   EXPECT_EQ(b.accuracy.positions, 4000);
   EXPECT_EQ(b.peak_memory_bytes, r.peak_memory_bytes);
   EXPECT_DOUBLE_EQ(b.tiers_s, 2.25);
+  EXPECT_DOUBLE_EQ(b.weights_s, 1.25);
+  EXPECT_DOUBLE_EQ(b.prepare_s, 0.5);
   ASSERT_EQ(b.plans.size(), 2u);
   EXPECT_EQ(b.plans[1].op, "attention_decode");
   EXPECT_EQ(b.plans[0].choice, r.plans[0].choice);

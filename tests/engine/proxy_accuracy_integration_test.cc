@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@ using nlohmann::json;
 struct WorkerRun {
   int rc = -1;
   json out;
+  double wall_s = 0;   // the process, start to exit
 };
 
 WorkerRun worker(const fs::path& dir, const std::string& name, const std::string& text) {
@@ -30,11 +32,13 @@ WorkerRun worker(const fs::path& dir, const std::string& name, const std::string
   std::ofstream(trial) << text;
   const std::string cmd = std::string(SOARTUNE_WORKER_PATH) + " --trial " + trial.string() + " --threads 1 2>/dev/null";
   std::string out;
+  const auto t0 = std::chrono::steady_clock::now();
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int status = pclose(p);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.out = json::parse(out, nullptr, false);
 #endif
@@ -76,6 +80,15 @@ TEST(ProxyAccuracy, MeasuredOnTheTrainedModelAndLabelled) {
   EXPECT_GT(acc, 0.0);
   // Durations still come from the synthetic model: the tiers ran.
   for (const auto& t : q4.out["tiers"]) EXPECT_GT(t["duration_s"].get<double>(), 0.0);
+  // Where the time went, each second counted once: the proxy's accuracy pass runs while the timed model is being
+  // set up, and is in accuracy, not in load too; weights and prepare are parts of load.
+  const json& ts = q4.out["timings_s"];
+  const double load = ts["load"].get<double>(), accuracy = ts["accuracy"].get<double>();
+  EXPECT_GT(accuracy, 0.0);
+  EXPECT_GT(ts["weights"].get<double>(), 0.0);
+  EXPECT_GT(ts["prepare"].get<double>(), 0.0);
+  EXPECT_LE(ts["weights"].get<double>() + ts["prepare"].get<double>(), load);
+  EXPECT_LE(load + accuracy + ts["tiers"].get<double>(), q4.wall_s);
 
   // A proxy that is not a model directory is the trial's error, naming the field.
   WorkerRun bad = worker(dir, "t2.yaml", trial("{}", "hf:" + (dir / "nothing").string(), ""));
