@@ -199,6 +199,25 @@ TEST(Lightning, GroupedKvHeadsAtHeadDim128) {
         mixed_batch_then_decode({8, 2, 128}, chunk, dt, 2 * chunk + 70, {form, 8});
 }
 
+// Steps at the edge between the decode kernel (one token) and the chunked prefill: two- and three-token prefills
+// from scratch and continuing a carried state, beside a one-token prompt, then decode steps of all four.
+TEST(Lightning, TwoAndThreeTokenPrefillsBesideAOneTokenPrompt) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
+    for (const auto form : {LightningPrefillForm::kTensorCores, LightningPrefillForm::kCudaCores}) {
+      const Shape sh{4, 4, 64};
+      SCOPED_TRACE(std::string("state ") + dtype_name(dt) + " prefill " + form_name(form));
+      std::mt19937_64 rng(test::new_seed());
+      States st(dt, 4, sh, rng);
+      std::vector<Seq> seqs = {{2, 0, 0}, {2, 40, 1}, {3, 17, 2}, {1, 0, 3}};
+      check_step(sh, seqs, 16, {form, 8}, &st, rng);
+      for (int step = 0; step < 2; ++step) {
+        for (Seq& s : seqs) s.start_pos += s.tokens, s.tokens = 1;
+        check_step(sh, seqs, 16, {form, 8}, &st, rng);
+      }
+    }
+}
+
 TEST(Lightning, ReleaseShapeLongPrefillThenDecode) {
   KT_SKIP_WITHOUT_GPU("lightning attention kernels");
   // MiniCPM-SALA's lightning layers: 32 heads of 128, as many kv heads.
@@ -243,8 +262,10 @@ TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
   KT_SKIP_WITHOUT_GPU("lightning q/k norm + RoPE kernel");
   std::mt19937_64 rng(test::new_seed());
   for (const Shape sh : {Shape{4, 4, 64}, Shape{32, 32, 128}, Shape{8, 2, 128}})
-    for (const bool with_norm : {true, false}) {
-      SCOPED_TRACE("heads " + std::to_string(sh.heads) + " d " + std::to_string(sh.d) + (with_norm ? " norm" : ""));
+    for (const bool with_norm : {true, false})
+    for (const bool with_rope : {true, false}) {
+      SCOPED_TRACE("heads " + std::to_string(sh.heads) + " d " + std::to_string(sh.d) + (with_norm ? " norm" : "") +
+                   (with_rope ? " rope" : " no rope"));
       const int T = 37, width = (sh.heads + 2 * sh.kv_heads) * sh.d, stride = width + 16;
       std::vector<uint16_t> bits;
       std::vector<float> vals;
@@ -259,7 +280,7 @@ TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
       dqkv.upload(bits), dgq.upload(gq), dgk.upload(gk), dpos.upload(pos);
       LightningQkArgs a;
       a.qkv = dqkv.p, a.row_stride = stride, a.q_norm = with_norm ? dgq.as<float>() : nullptr;
-      a.k_norm = with_norm ? dgk.as<float>() : nullptr, a.positions = dpos.as<int32_t>(), a.rope = true;
+      a.k_norm = with_norm ? dgk.as<float>() : nullptr, a.positions = dpos.as<int32_t>(), a.rope = with_rope;
       a.rope_theta = 10000.f, a.eps = 1e-6f, a.tokens = T, a.heads = sh.heads, a.kv_heads = sh.kv_heads;
       a.head_dim = sh.d;
       ASSERT_EQ(lightning_qk_can_implement(a), "");
@@ -267,7 +288,7 @@ TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
       KT_CUDA(cudaDeviceSynchronize());
       auto ref = vals;
       lightning_qk_ref(ref.data(), stride, with_norm ? gq.data() : nullptr, with_norm ? gk.data() : nullptr,
-                       pos.data(), true, 10000.f, 1e-6f, T, sh.heads, sh.kv_heads, sh.d);
+                       pos.data(), with_rope, 10000.f, 1e-6f, T, sh.heads, sh.kv_heads, sh.d);
       const auto got_bits = dqkv.download<uint16_t>(bits.size());
       const auto got = bf16_values(got_bits);
       std::vector<float> qk_got, qk_ref;
