@@ -95,7 +95,7 @@ constexpr const char* kTrialColumns =
     "t.error, t.started_ms, t.finished_ms, t.log_tail, t.engine_build, t.device, t.peak_memory_bytes, "
     "t.suggestion_json, t.result_json, t.is_reference, t.failure_kind, t.failure_code, "
     "t.slurm_job_id, t.accuracy_proxy, t.fidelity, t.early_stop_stage, t.early_stop_bound, t.early_stop_incumbent, "
-    "t.early_stop_margin";
+    "t.early_stop_margin, t.load_s, t.weights_s, t.prepare_s, t.quantize_s, t.accuracy_s, t.tiers_s";
 
 TrialRecord read_trial(const Statement& q) {
   TrialRecord t;
@@ -123,6 +123,7 @@ TrialRecord read_trial(const Statement& q) {
   t.accuracy_proxy = q.int64(21) != 0;
   t.fidelity = q.real(22);
   if (!q.text(23).empty()) t.early_stop = EarlyStopFacts{q.text(23), q.real(24), q.real(25), q.real(26)};
+  t.timings = TrialTimings{q.real(27), q.real(28), q.real(29), q.real(30), q.real(31), q.real(32)};
   return t;
 }
 
@@ -531,7 +532,8 @@ Status Store::finish_trial(const TrialRecord& t) {
       "suggestion_json = CASE WHEN ?15 = '' THEN suggestion_json ELSE ?15 END, "
       "started_ms = CASE WHEN ?16 = 0 THEN started_ms ELSE ?16 END, "
       "failure_kind = ?19, failure_code = ?20, accuracy_proxy = ?21, early_stop_stage = ?22, early_stop_bound = ?23, "
-      "early_stop_incumbent = ?24, early_stop_margin = ?25 "
+      "early_stop_incumbent = ?24, early_stop_margin = ?25, load_s = ?26, weights_s = ?27, prepare_s = ?28, "
+      "quantize_s = ?29, accuracy_s = ?30, tiers_s = ?31 "
       "WHERE job_id = ?17 AND number = ?18");
   if (!up.ok()) return up.status();
   up.value()
@@ -559,7 +561,13 @@ Status Store::finish_trial(const TrialRecord& t) {
       .bind(22, t.early_stop ? t.early_stop->stage : std::string())
       .bind(23, t.early_stop ? t.early_stop->bound : 0.0)
       .bind(24, t.early_stop ? t.early_stop->incumbent : 0.0)
-      .bind(25, t.early_stop ? t.early_stop->margin : 0.0);
+      .bind(25, t.early_stop ? t.early_stop->margin : 0.0)
+      .bind(26, t.timings.load_s)
+      .bind(27, t.timings.weights_s)
+      .bind(28, t.timings.prepare_s)
+      .bind(29, t.timings.quantize_s)
+      .bind(30, t.timings.accuracy_s)
+      .bind(31, t.timings.tiers_s);
   Status s = up.value().run();
   if (!s.ok()) return s;
   if (c.changes() == 0) return Status::NotFound(trial_name(t.job_id, t.number) + " not found");

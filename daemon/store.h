@@ -67,6 +67,12 @@ struct EarlyStopFacts {
   double margin = 0;               // the rule's margin (a fraction): stopped when bound < incumbent * (1 - margin)
 };
 
+// Where a trial's time went, in seconds, as its worker reported it (0: not reported). weights_s, prepare_s and
+// quantize_s are parts of load_s (reading the weights, preparing the timed engine, quantising them).
+struct TrialTimings {
+  double load_s = 0, weights_s = 0, prepare_s = 0, quantize_s = 0, accuracy_s = 0, tiers_s = 0;
+};
+
 struct TrialRecord {
   std::string job_id;
   int64_t number = 0;
@@ -81,6 +87,7 @@ struct TrialRecord {
   std::string log_tail;
   std::string engine_build, device;
   int64_t peak_memory_bytes = 0;
+  TrialTimings timings;            // from the worker's result, when it printed one
   std::string suggestion_json;     // search::Suggestion as JSON (why this trial was chosen)
   std::string result_json;         // the worker's JSON result (as parsed, or its stdout when it did not parse)
   bool is_reference = false;       // a run of the job's reference config (the baseline)

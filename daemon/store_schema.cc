@@ -164,6 +164,18 @@ ALTER TABLE trials ADD COLUMN early_stop_incumbent REAL NOT NULL DEFAULT 0;
 ALTER TABLE trials ADD COLUMN early_stop_margin REAL NOT NULL DEFAULT 0;
 )sql";
 
+// v9: where each trial's time went, as the worker reported it (timings_s, quantization.seconds): loading (of
+// which reading the weights, preparing the timed engine and quantising), the accuracy pass and the tiers. 0: not
+// reported (every earlier trial, and a trial whose worker printed no result).
+constexpr const char* kV9 = R"sql(
+ALTER TABLE trials ADD COLUMN load_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN weights_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN prepare_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN quantize_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN accuracy_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN tiers_s REAL NOT NULL DEFAULT 0;
+)sql";
+
 // SQLite cannot alter a CHECK constraint, and rebuilding `trials` would cascade-delete the rows of every table
 // that refers to it (foreign keys are on, and cannot be turned off inside the migration's transaction). Widening
 // the constraint to one more allowed value keeps every stored row valid, which is the case SQLite documents for
@@ -217,6 +229,8 @@ const std::vector<Migration>& migrations() {
       {6, "text repaired to valid UTF-8 (bad bytes stored by older builds become U+FFFD)", "", repair_text_encoding},
       {7, "the fidelity (workload fraction) of each trial", kV7, nullptr},
       {8, "trial status PRUNED (stopped early) with the stage and the rule's numbers", kV8, widen_trial_status},
+      {9, "where each trial's time went: load (weights, engine preparation, quantisation), accuracy, tiers", kV9,
+       nullptr},
   };
   return kMigrations;
 }

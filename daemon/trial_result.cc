@@ -127,6 +127,7 @@ TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, Tr
     t.engine_build = r.engine_build;
     if (!r.device.empty()) t.device = r.device;
     t.peak_memory_bytes = r.peak_memory_bytes;
+    t.timings = TrialTimings{r.load_s, r.weights_s, r.prepare_s, r.quantization.seconds, r.accuracy_s, r.tiers_s};
     t.plans = r.plans;
     t.env = r.env;
     t.result_json = to_json(r);

@@ -180,6 +180,13 @@ void to_proto(const TrialRecord& t, pb::Trial* out) {
   out->set_engine_build(t.engine_build);
   out->set_device(t.device);
   out->set_peak_memory_bytes(t.peak_memory_bytes);
+  pb::TrialTimings* tm = out->mutable_timings();
+  tm->set_load_s(t.timings.load_s);
+  tm->set_weights_s(t.timings.weights_s);
+  tm->set_prepare_s(t.timings.prepare_s);
+  tm->set_quantize_s(t.timings.quantize_s);
+  tm->set_accuracy_s(t.timings.accuracy_s);
+  tm->set_tiers_s(t.timings.tiers_s);
   out->set_result_json(t.result_json);
   out->set_is_reference(t.is_reference);
   out->set_failure_kind(failure_kind(t.failure_kind));
