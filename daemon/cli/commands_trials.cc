@@ -273,6 +273,8 @@ void print_trial(const v1::Trial& t, const v1::Job* job) {
     }
     std::cout << "\n";
   }
+  if (const std::string took = fmt_trial_timings(t.timings()); !took.empty())
+    std::cout << key("time") << took << "\n";
   if (!t.device().empty()) std::cout << key("device") << t.device() << "\n";
   if (!t.engine_build().empty()) std::cout << key("engine build") << t.engine_build() << "\n";
   if (t.peak_memory_bytes() > 0) std::cout << key("peak memory") << fmt_bytes(t.peak_memory_bytes()) << "\n";

@@ -37,6 +37,23 @@ std::string fmt_duration(double s) {
   return printed("%.*f", std::max(0, 2 - p), r);
 }
 
+std::string fmt_trial_timings(const v1::TrialTimings& t) {
+  if (!(t.load_s() > 0)) return "";
+  std::string parts;
+  auto part = [&parts](const char* name, double s) {
+    if (!(s > 0)) return;
+    parts += (parts.empty() ? "" : ", ") + std::string(name) + " " + fmt_duration(s);
+  };
+  part("weights", t.weights_s());
+  part("quantise", t.quantize_s());
+  part("engine", t.prepare_s());
+  std::string out = "load " + fmt_duration(t.load_s()) + " s";
+  if (!parts.empty()) out += " (" + parts + ")";
+  if (t.accuracy_s() > 0) out += ", accuracy " + fmt_duration(t.accuracy_s()) + " s";
+  if (t.tiers_s() > 0) out += ", tiers " + fmt_duration(t.tiers_s()) + " s";
+  return out;
+}
+
 std::string fmt_score(double score) {
   return printed("%.2f", score);
 }

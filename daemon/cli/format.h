@@ -23,6 +23,9 @@ std::string fmt_gate(double c);                   // "1", "0.96"
 std::string fmt_bytes(int64_t bytes);             // "123 MiB"
 std::string fmt_time(int64_t unix_ms);            // local "2026-12-02 16:15:30"; "-" for 0
 std::string fmt_elapsed(double seconds);          // "45s", "3m20s", "1h02m"; "-" when negative
+// Where a trial's time went: "load 31.2 s (weights 2.10, quantise 4.00, engine 20.3), accuracy 3.40 s, tiers
+// 10.1 s"; parts that took no time are left out. "" when the worker reported no timings (load 0).
+std::string fmt_trial_timings(const v1::TrialTimings& t);
 
 // "JOB_SUCCEEDED" -> "SUCCEEDED", "TRIAL_COMPLETE" -> "COMPLETE".
 std::string state_name(v1::JobState s);

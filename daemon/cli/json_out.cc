@@ -103,6 +103,9 @@ Json to_json(const v1::Trial& t, bool full) {
   out["engine_build"] = t.engine_build();
   out["device"] = t.device();
   out["peak_memory_bytes"] = t.peak_memory_bytes();
+  out["timings"] = {{"load_s", t.timings().load_s()},         {"weights_s", t.timings().weights_s()},
+                    {"prepare_s", t.timings().prepare_s()},   {"quantize_s", t.timings().quantize_s()},
+                    {"accuracy_s", t.timings().accuracy_s()}, {"tiers_s", t.timings().tiers_s()}};
   out["is_reference"] = t.is_reference();
   if (t.has_early_stop()) {
     out["early_stop"] = {{"stage", t.early_stop().stage()}, {"bound", t.early_stop().bound()},

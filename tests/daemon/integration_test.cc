@@ -259,6 +259,45 @@ TEST_F(FinishedJob, TrialsAreStoredScoredAndExplained) {
   EXPECT_GT(best, 0);
 }
 
+// Where each trial's time went reaches the user as values: the worker's timings are stored with the trial and
+// sent in Trial.timings, `soartune show --json` carries them, and `soartune show` prints them in one line.
+TEST_F(FinishedJob, CompleteTrialsSayWhereTheirTimeWent) {
+  auto ts = daemon_->trials(job_id_);
+  ASSERT_FALSE(ts.empty());
+  constexpr double kEps = 1e-3;   // the worker measures the parts and the whole with separate clock reads
+  for (const auto& t : ts) {
+    ASSERT_EQ(t.status(), pb::TRIAL_COMPLETE) << t.number() << ": " << t.error();
+    const pb::TrialTimings& tm = t.timings();
+    EXPECT_GT(tm.load_s(), 0) << t.number();
+    EXPECT_GT(tm.weights_s(), 0) << t.number();
+    EXPECT_GT(tm.prepare_s(), 0) << t.number();
+    EXPECT_GE(tm.quantize_s(), 0) << t.number();
+    EXPECT_LE(tm.weights_s() + tm.prepare_s() + tm.quantize_s(), tm.load_s() + kEps) << t.number();
+    EXPECT_GT(tm.accuracy_s(), 0) << t.number();
+    EXPECT_GT(tm.tiers_s(), 0) << t.number();
+    // The tiers' time holds every tier's measured duration.
+    double measured = 0;
+    for (const auto& m : t.tiers()) measured += m.duration_s();
+    EXPECT_LE(measured, tm.tiers_s() + kEps) << t.number();
+  }
+  if (kCli.empty()) return;
+  const std::string n = std::to_string(ts.back().number());
+  ProcessResult j = daemon_->cli({"show", job_id_, n, "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.out << j.err_tail;
+  const json shown = json::parse(j.out).at("timings");
+  EXPECT_DOUBLE_EQ(shown.at("load_s").get<double>(), ts.back().timings().load_s());
+  EXPECT_DOUBLE_EQ(shown.at("prepare_s").get<double>(), ts.back().timings().prepare_s());
+  EXPECT_DOUBLE_EQ(shown.at("tiers_s").get<double>(), ts.back().timings().tiers_s());
+  ProcessResult text = daemon_->cli({"show", job_id_, n});
+  ASSERT_EQ(text.exit_code, 0) << text.out << text.err_tail;
+  const size_t line = text.out.find("\n  time");
+  ASSERT_NE(line, std::string::npos) << text.out;
+  const std::string time_line = text.out.substr(line + 1, text.out.find('\n', line + 1) - line - 1);
+  EXPECT_NE(time_line.find(" load "), std::string::npos) << time_line;
+  EXPECT_NE(time_line.find("engine "), std::string::npos) << time_line;
+  EXPECT_NE(time_line.find(", tiers "), std::string::npos) << time_line;
+}
+
 TEST_F(FinishedJob, ListTrialsOrdersFiltersAndPages) {
   grpc::ClientContext ctx;
   pb::ListTrialsRequest req;

@@ -125,5 +125,25 @@ TEST(CliFormat, TruncateFlattensAndCuts) {
   EXPECT_EQ(display_width(truncate("abcdefghijklmnop", 10)), 10u);
 }
 
+TEST(CliFormat, TrialTimingsLineSaysWhereTheTimeWent) {
+  v1::TrialTimings t;
+  EXPECT_EQ(fmt_trial_timings(t), "") << "no timings reported: no line";
+  t.set_accuracy_s(3.4);
+  EXPECT_EQ(fmt_trial_timings(t), "") << "a load of 0 means the worker reported none";
+  t.set_load_s(31.2);
+  t.set_weights_s(2.1);
+  t.set_quantize_s(4.0);
+  t.set_prepare_s(20.3);
+  t.set_tiers_s(10.1);
+  EXPECT_EQ(fmt_trial_timings(t), "load 31.2 s (weights 2.10, quantise 4.00, engine 20.3), accuracy 3.40 s, tiers 10.1 s");
+  // Parts that took no time (no quantisation at 16 bits) are left out, and so is an empty parenthesis.
+  t.set_quantize_s(0);
+  EXPECT_EQ(fmt_trial_timings(t), "load 31.2 s (weights 2.10, engine 20.3), accuracy 3.40 s, tiers 10.1 s");
+  t.set_weights_s(0);
+  t.set_prepare_s(0);
+  t.set_accuracy_s(0);
+  EXPECT_EQ(fmt_trial_timings(t), "load 31.2 s, tiers 10.1 s");
+}
+
 }  // namespace
 }  // namespace soartune::cli
