@@ -185,6 +185,11 @@ async function main() {
     const shown = cliJson("show", finished, String(best.number));
     check(tiers.length === 3 && shown.tiers.every((t, i) => tiers[i][0] === t.tier && tiers[i][1] === t.duration_s.toFixed(3) && tiers[i][2] === t.ttft_p50_ms.toFixed(1)),
           `trial page: tier durations and TTFT p50 equal gRPC's (${tiers.map((t) => t.slice(0, 3).join(" ")).join("; ")})`);
+    // Where its time went: the line `soartune show` prints, from the same Trial.timings.
+    const took = await page.$eval('[data-field="time"]', (e) => e.textContent);
+    const line = cli("show", finished, String(best.number)).split("\n").find((l) => /^  time /.test(l)) || "";
+    check(shown.timings.load_s > 0 && took.startsWith("load ") && line.replace(/^  time +/, "") === took,
+          `trial page: the time line equals \`soartune show\`'s (${took})`);
     await page.click('button[data-export="yaml"]');
     await page.waitForFunction(() => document.getElementById("export").textContent.length > 0);
     const yaml = await page.$eval("#export", (e) => e.textContent);

@@ -1,7 +1,7 @@
 // A trial (/jobs/<id>/trials/<n>): metrics per tier, accuracy, why the search chose it, kernel plans, knobs,
 // log tail, and the exports (YAML, SGLang flags, env script).
 import { get } from "./api.js";
-import { el, failure, ms, pct, score, secs, status } from "./format.js";
+import { el, failure, ms, pct, score, secs, status, timings } from "./format.js";
 
 function table(id, headers, rows) {
   return el("table", { id }, el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", {}, h)))),
@@ -30,6 +30,7 @@ export async function trialPage(main, jobId, number) {
           ["failure", failure(t.failure_kind) || "—"]].map(([l, v]) =>
         el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-field": l }, v)))),
     t.error ? el("p", { class: "error" }, t.error) : null,
+    timings(t.timings) ? el("p", { id: "timings" }, "time: ", el("span", { "data-field": "time" }, timings(t.timings))) : null,
     el("div", { class: "grid" },
       el("div", { class: "panel" }, el("h2", {}, "metrics per tier"),
         table("tiers", ["tier", "duration s", "TTFT p50 ms", "p90", "p99", "TPOT p50 ms", "p90", "p99", "tokens/s"],
