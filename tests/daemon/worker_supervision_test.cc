@@ -270,6 +270,36 @@ TEST(TrialResult, MissingTierIsABadResult) {
   EXPECT_EQ(o.error, "bad worker result: tier cinf missing");
 }
 
+// Where the worker's time went is kept from any result it printed (as the peak memory is): a COMPLETE trial's,
+// and a FAILED one's whose result was read; without a result there is nothing to keep.
+TEST(TrialResult, TimingsAreKeptFromAnyResultRead) {
+  TempDir d;
+  std::string doc = kGoodResult;
+  doc.insert(doc.rfind('}'), R"(, "quantization": {"method": "rtn", "seconds": 0.75},
+ "timings_s": {"load": 5.5, "weights": 1.25, "prepare": 2.5, "accuracy": 0.5, "tiers": 2.25})");
+  write_file(d.file("r.json"), doc);
+  TrialRecord t;
+  ASSERT_EQ(interpret(run_script(d, "cat " + d.file("r.json")), t).status, TrialStatus::kComplete);
+  EXPECT_DOUBLE_EQ(t.timings.load_s, 5.5);
+  EXPECT_DOUBLE_EQ(t.timings.weights_s, 1.25);
+  EXPECT_DOUBLE_EQ(t.timings.prepare_s, 2.5);
+  EXPECT_DOUBLE_EQ(t.timings.quantize_s, 0.75);
+  EXPECT_DOUBLE_EQ(t.timings.accuracy_s, 0.5);
+  EXPECT_DOUBLE_EQ(t.timings.tiers_s, 2.25);
+
+  doc.replace(doc.find("\"cinf\""), 6, "\"c64\"");
+  write_file(d.file("r.json"), doc);
+  TrialRecord failed;
+  ASSERT_EQ(interpret(run_script(d, "cat " + d.file("r.json")), failed).status, TrialStatus::kFailed);
+  EXPECT_DOUBLE_EQ(failed.timings.load_s, 5.5);
+  EXPECT_DOUBLE_EQ(failed.timings.tiers_s, 2.25);
+
+  TrialRecord crashed;
+  ASSERT_EQ(interpret(run_script(d, "kill -SEGV $$"), crashed).status, TrialStatus::kFailed);
+  EXPECT_EQ(crashed.timings.load_s, 0);
+  EXPECT_EQ(crashed.timings.tiers_s, 0);
+}
+
 // Worker output is untrusted: a field of the wrong type is a FAILED trial naming the field, never an exception.
 TEST(TrialResult, WrongTypesAreBadOutputNamingTheField) {
   TempDir d;
