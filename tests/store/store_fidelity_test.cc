@@ -10,27 +10,14 @@
 
 #include "daemon/store.h"
 #include "daemon/store_sqlite.h"
+#include "store_db_dir.h"
 
 namespace soartune::daemon {
 namespace {
 
 namespace fs = std::filesystem;
 
-class StoreFidelityTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("soartune-fidelity-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
-    fs::create_directories(dir_);
-    path_ = (dir_ / "soartune.db").string();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-  std::string path_;
-};
+class StoreFidelityTest : public testing::StoreDbDir {};
 
 JobRecord job(const std::string& id, int64_t created_ms) {
   JobRecord j;

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/store_sqlite.h"
+#include "store_db_dir.h"
 
 namespace soartune::daemon {
 namespace {
@@ -22,20 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 using soartune::Code;
 
-class StoreTest : public ::testing::Test {
+class StoreTest : public testing::StoreDbDir {
  protected:
-  void SetUp() override {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("soartune-store-test-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(rd()));
-    fs::create_directories(dir_);
-    path_ = (dir_ / "soartune.db").string();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
   std::unique_ptr<Store> open() {
     auto s = Store::open(path_);
     EXPECT_TRUE(s.ok()) << s.status().message;
@@ -67,9 +56,6 @@ class StoreTest : public ::testing::Test {
     sqlite3_close(db);
     return out;
   }
-
-  fs::path dir_;
-  std::string path_;
 };
 
 JobRecord make_job(const std::string& id, int64_t created_ms, const std::string& device_key = "synthetic:tiny/cpu") {

@@ -10,36 +10,14 @@
 
 #include "daemon/store.h"
 #include "daemon/store_sqlite.h"
+#include "store_db_dir.h"
 
 namespace soartune::daemon {
 namespace {
 
 namespace fs = std::filesystem;
 
-class StoreTimingsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("soartune-timings-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
-    fs::create_directories(dir_);
-    path_ = (dir_ / "soartune.db").string();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string scalar(const std::string& q) {
-    auto c = sql::Connection::open(path_);
-    EXPECT_TRUE(c.ok());
-    auto st = sql::Statement::prepare(c.value(), q);
-    EXPECT_TRUE(st.ok()) << q;
-    auto row = st.value().step();
-    EXPECT_TRUE(row.ok() && row.value()) << q;
-    return st.value().text(0);
-  }
-  fs::path dir_;
-  std::string path_;
-};
+class StoreTimingsTest : public testing::StoreDbDir {};
 
 void expect_no_timings(const TrialTimings& t) {
   EXPECT_EQ(t.load_s, 0);
