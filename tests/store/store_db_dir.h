@@ -38,6 +38,17 @@ class StoreDbDir : public ::testing::Test {
     return st.value().text(0);
   }
 
+  // Leaves the database as schema `version` did: every migration up to it (with its rewrite), recorded.
+  static void migrate_to(sql::Connection& c, int version) {
+    ASSERT_TRUE(c.exec("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_ms INTEGER NOT NULL DEFAULT 0)").ok());
+    for (const sql::Migration& m : sql::migrations()) {
+      if (m.version > version) break;
+      ASSERT_TRUE(c.exec(m.sql).ok()) << m.version;
+      if (m.rewrite) ASSERT_TRUE(m.rewrite(c).ok()) << m.version;
+      ASSERT_TRUE(c.exec("INSERT INTO schema_version (version) VALUES (" + std::to_string(m.version) + ")").ok());
+    }
+  }
+
   std::filesystem::path dir_;
   std::string path_;
 };

@@ -77,13 +77,7 @@ TEST_F(StoreEarlyStopTest, AVersion7DatabaseKeepsEveryRowAndTakesPrunedTrials) {
   {
     auto c = sql::Connection::open(path_);
     ASSERT_TRUE(c.ok());
-    ASSERT_TRUE(c.value().exec("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_ms INTEGER NOT NULL DEFAULT 0)").ok());
-    for (const sql::Migration& m : sql::migrations()) {
-      if (m.version > 7) break;
-      ASSERT_TRUE(c.value().exec(m.sql).ok()) << m.version;
-      if (m.rewrite) ASSERT_TRUE(m.rewrite(c.value()).ok()) << m.version;
-      ASSERT_TRUE(c.value().exec("INSERT INTO schema_version (version) VALUES (" + std::to_string(m.version) + ")").ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(migrate_to(c.value(), 7));
     ASSERT_TRUE(c.value().exec(
         "INSERT INTO jobs (id, state) VALUES ('old', 'SUCCEEDED');"
         "INSERT INTO trials (job_id, number, status, score) VALUES ('old', 0, 'COMPLETE', 91.5), ('old', 1, 'FAILED', 0);"

@@ -82,12 +82,7 @@ TEST_F(StoreFidelityTest, ADatabaseFromBeforeFidelitiesReadsAsFullRunsAndRejects
     auto c = sql::Connection::open(path_);
     ASSERT_TRUE(c.ok());
     // Migrations up to 5, as an older database holds (6, the text repair, and 7, the fidelity, come on open).
-    ASSERT_TRUE(c.value().exec("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_ms INTEGER NOT NULL DEFAULT 0)").ok());
-    for (const sql::Migration& m : sql::migrations()) {
-      if (m.version > 5) break;
-      ASSERT_TRUE(c.value().exec(m.sql).ok()) << m.version;
-      ASSERT_TRUE(c.value().exec("INSERT INTO schema_version (version) VALUES (" + std::to_string(m.version) + ")").ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(migrate_to(c.value(), 5));
     ASSERT_TRUE(c.value().exec("INSERT INTO jobs (id, state) VALUES ('old', 'SUCCEEDED')").ok());
     ASSERT_TRUE(c.value().exec("INSERT INTO trials (job_id, number, status) VALUES ('old', 0, 'COMPLETE')").ok());
   }
