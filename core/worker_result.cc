@@ -39,7 +39,6 @@ Result<WorkerResult> read(const json& j) {
   r.string(j, "device", "device", out.device, false);
   r.string(j, "engine_build", "engine_build", out.engine_build, false);
   r.integer(j, "peak_memory_bytes", "peak_memory_bytes", out.peak_memory_bytes);
-  r.string_map(j, "env", "env", out.env);
   if (const json* t = r.find(j, "timings_s")) {
     if (!t->is_object()) r.wrong_type("timings_s", "an object", *t);
     else {
@@ -160,7 +159,6 @@ std::string to_json(const WorkerResult& r) {
   json plans = json::array();
   for (const KernelPlan& p : r.plans) plans.push_back({{"op", p.op}, {"shape", p.shape}, {"choice", p.choice}});
   j["plans"] = plans;
-  j["env"] = r.env;
   // Replace, not throw, should a message carry bytes that are not UTF-8 (a path, a driver's text).
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -83,12 +83,10 @@ struct WorkerResult {
   // repacking, kernel plans and graphs); the rest of it is quantisation (quantization.seconds) and set-up.
   double weights_s = 0, prepare_s = 0;
   std::vector<KernelPlan> plans;
-  // The environment variables that can change timings, as the worker saw them (kTimingEnvironment).
-  std::map<std::string, std::string> env;
 };
 
-// The variables the worker records in WorkerResult::env: those that change which device runs or how the
-// runtime schedules, so two trials with different values are not comparable.
+// The variables a worker inherits that change which device runs or how the runtime schedules, so two trials
+// with different values are not comparable: the daemon records the values it started the worker with.
 inline constexpr std::array<const char*, 8> kTimingEnvironment = {
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
     "OMP_NUM_THREADS",      "OMP_PROC_BIND",               "SOARTUNE_DEVICE",      "NVIDIA_TF32_OVERRIDE"};

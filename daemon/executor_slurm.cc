@@ -257,6 +257,7 @@ ExecutorOutcome SlurmExecutor::wait(const TrialLaunch& t, int64_t id, TrialContr
 
   ProcessResult& p = o.process;
   p.started = true;
+  p.timing_env = timing_environment(slurm_env(t));   // what sbatch ran with, and so the job (it inherits it)
   p.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   read_stdout(f.out, p);
   p.err_tail = read_tail(f.err, ProcessSpec{}.stderr_tail_bytes);

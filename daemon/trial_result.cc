@@ -118,6 +118,7 @@ TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, Tr
   t.log_tail = valid_utf8(last_lines(run.err_tail, 40, 8192));
   // Past the cap only stdout's tail can hold the result, which the worker prints last: read it from there, and
   // say in the log that the output was cut (a good result with too much logging is still a good result).
+  t.env = run.timing_env;   // as the daemon started the worker
   Result<WorkerResult> parsed = parse_worker_output(run.stdout_truncated ? run.out_tail : run.out);
   if (run.stdout_truncated && parsed.ok())
     t.log_tail += (t.log_tail.empty() ? "" : "\n") + std::string("soartuned: ") + truncation_note(run) +
@@ -129,7 +130,6 @@ TrialOutcome interpret_worker_run(const ProcessResult& run, double timeout_s, Tr
     t.peak_memory_bytes = r.peak_memory_bytes;
     t.timings = TrialTimings{r.load_s, r.weights_s, r.prepare_s, r.quantization.seconds, r.accuracy_s, r.tiers_s};
     t.plans = r.plans;
-    t.env = r.env;
     t.result_json = to_json(r);
   } else {
     t.result_json = valid_utf8(utf8_prefix(run.out, 1u << 20));

@@ -87,6 +87,16 @@ std::vector<std::string> child_environment(const std::vector<std::pair<std::stri
 
 }  // namespace
 
+std::map<std::string, std::string> timing_environment(const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::map<std::string, std::string> out;
+  for (const std::string& kv : child_environment(extra)) {
+    const std::string name = kv.substr(0, kv.find('='));
+    for (const char* n : kTimingEnvironment)
+      if (name == n) out[name] = kv.substr(name.size() + 1);
+  }
+  return out;
+}
+
 std::string signal_name(int sig) {
   switch (sig) {
     case SIGSEGV: return "SIGSEGV";
@@ -144,6 +154,7 @@ ProcessResult run_process(const ProcessSpec& spec, const CancelFlag* cancel) {
   }
 
   std::vector<std::string> env_strings = child_environment(spec.env);
+  r.timing_env = timing_environment(spec.env);
   std::vector<char*> argv, envp;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

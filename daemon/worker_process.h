@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,6 +45,9 @@ struct ProcessResult {
   std::string out_tail;            // when truncated: the last stdout_tail_bytes after the first max_stdout_bytes
   std::string err_tail;            // the last stderr_tail_bytes of stderr
   double wall_s = 0;
+  // The variables of kTimingEnvironment the child was started with: recorded with the trial as facts about the
+  // run (the worker reads no environment).
+  std::map<std::string, std::string> timing_env;
 };
 
 // Set from any thread to make run_process kill the child (SIGTERM, then SIGKILL) and return.
@@ -51,6 +55,9 @@ struct CancelFlag {
   std::atomic<bool> requested{false};
   void cancel() { requested.store(true); }
 };
+
+// The kTimingEnvironment variables a child started with `extra` on top of the daemon's environment sees.
+std::map<std::string, std::string> timing_environment(const std::vector<std::pair<std::string, std::string>>& extra);
 
 // Runs the process to completion. Blocks the calling thread. Signals the daemon blocks or ignores are reset to
 // their defaults in the child.

@@ -29,20 +29,7 @@ namespace {
 
 using nlohmann::json;
 
-// The timing-relevant environment this process runs with (the allowlist is core's kTimingEnvironment), recorded
-// with the trial as a fact about the machine. Nothing in soartune reads these to decide what to run: every
-// switch of ours is a knob in core/knob_catalogue, set by the trial file.
-std::map<std::string, std::string> timing_environment() {
-  std::map<std::string, std::string> env;
-  for (const char* name : kTimingEnvironment)
-    if (const char* v = std::getenv(name)) env[name] = v;
-  return env;
-}
-
-void emit(WorkerResult r) {
-  r.env = timing_environment();
-  std::cout << to_json(r) << std::endl;
-}
+void emit(const WorkerResult& r) { std::cout << to_json(r) << std::endl; }
 
 // One progress line (core/worker_progress.h), flushed at once: the daemon may stop the trial on what it says.
 void report(const WorkerProgress& p) { std::cout << to_json(p) << std::endl; }
@@ -64,7 +51,7 @@ int fail(const Status& s, bool config_error, const std::string& default_field = 
       r.error.field = default_field;
     }
   }
-  emit(std::move(r));
+  emit(r);
   spdlog::error("{}", s.message);
   return config_error ? 2 : 1;
 }
@@ -347,7 +334,7 @@ int run(const std::string& trial_path, const std::string& backend_override, int 
   result.prepare_s = prepare_s;
   result.accuracy_s = accuracy_s;
   result.tiers_s = tiers_s;
-  emit(std::move(result));
+  emit(result);
   return 0;
 }
 

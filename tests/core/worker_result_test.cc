@@ -27,7 +27,6 @@ WorkerResult full_result() {
   r.weights_s = 1.25;
   r.prepare_s = 0.5;
   r.plans = {{"gemv", "m1 n4096 k4096", {{"variant", "m1w8u2b4"}}}, {"attention_decode", "h32 d128", {{"kv_splits", "4"}}}};
-  r.env = {{"CUDA_VISIBLE_DEVICES", "0"}};
   r.quantization = {"gptq", 48, 2, false, 12.5, "cuda"};
   return r;
 }
@@ -52,7 +51,6 @@ TEST(WorkerResult, RoundTripsThroughJson) {
   ASSERT_EQ(b.plans.size(), 2u);
   EXPECT_EQ(b.plans[1].op, "attention_decode");
   EXPECT_EQ(b.plans[0].choice, r.plans[0].choice);
-  EXPECT_EQ(b.env, r.env);
   EXPECT_EQ(b.quantization.solver, "cuda");
   EXPECT_EQ(b.quantization.held_out_skipped, 2);
   EXPECT_EQ(to_json(b), to_json(r));
@@ -90,8 +88,6 @@ TEST(WorkerResult, WrongShapesNameTheField) {
            Case{R"({"ok": true, "tiers": [], "accuracy": {"relative_pct": null}})",
                 "bad worker result: accuracy.relative_pct: expected a number, got null"},
            Case{R"({"ok": true, "peak_memory_bytes": "8G"})", "bad worker result: peak_memory_bytes: expected an integer, got string"},
-           Case{R"({"ok": false, "env": {"CUDA_VISIBLE_DEVICES": 0}})",
-                "bad worker result: env.CUDA_VISIBLE_DEVICES: expected a string, got number"},
            Case{R"({"ok": false, "plans": [{"shape": "x"}]})", "bad worker result: plans[0].op: missing"},
            Case{R"({"ok": true, "tiers": [], "accuracy": {"relative_pct": 1}, "quantization": {"method": "gptq", "solver": "tpu"}})",
                 "bad worker result: quantization.solver: 'tpu' is not one of cpu, cuda"},

@@ -361,15 +361,22 @@ TEST(TrialResult, OutputPastTheSixteenMegabyteCapIsSaidToBeTruncated) {
             std::string::npos) << no_result.error;
 }
 
-// Plans and the environment the worker reports come through typed.
-TEST(TrialResult, PlansAndEnvironmentAreKept) {
+// Plans the worker reports come through typed; the environment recorded with the trial is the one the daemon
+// started the worker with, whatever the worker says of it.
+TEST(TrialResult, PlansAreKeptAndTheEnvironmentIsTheDaemons) {
   TempDir d;
   std::string doc = kGoodResult;
   doc.insert(doc.size() - 1, R"(, "plans": [{"op": "gemv", "shape": "m1 n64 k64", "choice": {"variant": "m1w8u2b4"}}],)"
-                             R"( "env": {"CUDA_VISIBLE_DEVICES": "3"})");
+                             R"( "env": {"CUDA_VISIBLE_DEVICES": "7"})");
   write_file(d.file("r.json"), doc);
+  ProcessSpec ps;
+  ps.argv = {"/bin/sh", "-c", "cat " + d.file("r.json")};
+  ps.env = {{"CUDA_VISIBLE_DEVICES", "3"}, {"SOARTUNE_EXPERIMENT_SWITCH", "1"}};
+  const ProcessResult run = run_process(ps);
+  EXPECT_EQ(run.timing_env.at("CUDA_VISIBLE_DEVICES"), "3");
+  EXPECT_EQ(run.timing_env.count("SOARTUNE_EXPERIMENT_SWITCH"), 0u) << "only kTimingEnvironment is recorded";
   TrialRecord t;
-  TrialOutcome o = interpret(run_script(d, "cat " + d.file("r.json")), t);
+  TrialOutcome o = interpret(run, t);
   ASSERT_EQ(o.status, TrialStatus::kComplete) << o.error;
   ASSERT_EQ(t.plans.size(), 1u);
   EXPECT_EQ(t.plans[0].op, "gemv");
