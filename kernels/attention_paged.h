@@ -74,4 +74,35 @@ inline std::string paged_attention_check(int n_heads, int n_kv_heads, int head_d
   return "";
 }
 
+// One layer's paged KV cache with its query and output buffers: the fields the paged attention kernels'
+// arguments (DecodeAttentionArgs, PrefillAttentionArgs, SparseAttentionArgs) share, filled in one place.
+struct PagedLayer {
+  const void* q = nullptr;
+  void* out = nullptr;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* block_table = nullptr;
+  int batch = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0, block_table_stride = 0;
+  KvCacheDtype kv_dtype = KvCacheDtype::kBf16;
+};
+
+// Args with L's fields set and the rest at their defaults.
+template <typename Args>
+Args paged_attention_args(const PagedLayer& L) {
+  Args a;
+  a.q = L.q;
+  a.out = L.out;
+  a.k_cache = L.k_cache;
+  a.v_cache = L.v_cache;
+  a.block_table = L.block_table;
+  a.batch = L.batch;
+  a.n_heads = L.n_heads;
+  a.n_kv_heads = L.n_kv_heads;
+  a.head_dim = L.head_dim;
+  a.page_size = L.page_size;
+  a.block_table_stride = L.block_table_stride;
+  a.kv_dtype = L.kv_dtype;
+  return a;
+}
+
 }  // namespace soartune::kernels

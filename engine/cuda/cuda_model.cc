@@ -705,23 +705,24 @@ Status CudaModel::softmax_mixer(int l, int T, bool decode_only, int batch, int m
   if (sparse_.active())
     SOARTUNE_STATUS_TRY(sparse_.run(l, q_, attn_, k_cache_[l], v_cache_[l], T, decode_only, batch, max_q_len,
                                     max_seq_len, stream_, &attended));
+  kn::PagedLayer paged;
+  paged.q = q_;
+  paged.out = attn_;
+  paged.k_cache = k_cache_[l];
+  paged.v_cache = v_cache_[l];
+  paged.block_table = d_block_table_;
+  paged.batch = batch;
+  paged.n_heads = c.heads;
+  paged.n_kv_heads = c.kv_heads;
+  paged.head_dim = c.head_dim;
+  paged.page_size = opt_.page_size;
+  paged.block_table_stride = block_stride_;
+  paged.kv_dtype = opt_.kv_dtype;
   if (attended) {
   } else if (decode_only) {
-    kn::DecodeAttentionArgs da;
-    da.q = q_;
-    da.out = attn_;
-    da.k_cache = k_cache_[l];
-    da.v_cache = v_cache_[l];
-    da.block_table = d_block_table_;
+    auto da = kn::paged_attention_args<kn::DecodeAttentionArgs>(paged);
     da.seq_lens = d_seq_lens_;
-    da.batch = batch;
-    da.n_heads = c.heads;
-    da.n_kv_heads = c.kv_heads;
-    da.head_dim = c.head_dim;
-    da.page_size = opt_.page_size;
-    da.block_table_stride = block_stride_;
     da.max_seq_len = max_seq_len;
-    da.kv_dtype = opt_.kv_dtype;
     // Decode steps are planned for max_context (a captured graph replays at any context), once a batch.
     if (max_seq_len != opt_.max_context || batch < 1 || batch >= int(decode_plans_.size()))
       return Status::Internal("decode attention: no plan for batch " + std::to_string(batch) + " at context " +
@@ -732,22 +733,10 @@ Status CudaModel::softmax_mixer(int l, int T, bool decode_only, int batch, int m
                               " exceeds the " + std::to_string(attn_workspace_bytes_) + " bytes planned");
     SOARTUNE_CUDA_TRY(kn::decode_attention_run(da, plan, attn_workspace_, stream_));
   } else {
-    kn::PrefillAttentionArgs pa;
-    pa.q = q_;
-    pa.out = attn_;
-    pa.k_cache = k_cache_[l];
-    pa.v_cache = v_cache_[l];
-    pa.block_table = d_block_table_;
+    auto pa = kn::paged_attention_args<kn::PrefillAttentionArgs>(paged);
     pa.q_offsets = d_q_offsets_;
     pa.prefix_lens = d_prefix_lens_;
-    pa.batch = batch;
-    pa.n_heads = c.heads;
-    pa.n_kv_heads = c.kv_heads;
-    pa.head_dim = c.head_dim;
-    pa.page_size = opt_.page_size;
-    pa.block_table_stride = block_stride_;
     pa.max_q_len = max_q_len;
-    pa.kv_dtype = opt_.kv_dtype;
     auto it = prefill_plans_.find({batch, max_q_len});
     if (it == prefill_plans_.end()) {
       kn::PrefillAttentionPlan plan;

@@ -25,27 +25,28 @@ Result<std::optional<kn::SparseParams>> sparse_params_for(const ModelConfig& c, 
 kn::SparseAttentionArgs SparseAttentionLayers::args(int l, const void* q, void* out, const void* k_cache,
                                                     const void* v_cache, int T, int batch, int max_q_len,
                                                     int max_seq_len) const {
-  kn::SparseAttentionArgs a;
-  a.q = q;
-  a.out = out;
-  a.k_cache = k_cache;
-  a.v_cache = v_cache;
-  a.block_table = shape_.block_table;
+  kn::PagedLayer paged;
+  paged.q = q;
+  paged.out = out;
+  paged.k_cache = k_cache;
+  paged.v_cache = v_cache;
+  paged.block_table = shape_.block_table;
+  paged.batch = batch;
+  paged.n_heads = shape_.n_heads;
+  paged.n_kv_heads = shape_.n_kv_heads;
+  paged.head_dim = shape_.head_dim;
+  paged.page_size = shape_.page_size;
+  paged.block_table_stride = shape_.block_table_stride;
+  paged.kv_dtype = shape_.kv_dtype;
+  auto a = kn::paged_attention_args<kn::SparseAttentionArgs>(paged);
   a.q_offsets = shape_.q_offsets;
   a.prefix_lens = shape_.prefix_lens;
   a.ck = ck_[size_t(l)];
   a.ck_slots = shape_.seq_slots;
   a.ck_capacity = ck_capacity_;
-  a.batch = batch;
   a.total_q = T;
   a.max_q_len = max_q_len;
   a.max_context = max_seq_len;
-  a.n_heads = shape_.n_heads;
-  a.n_kv_heads = shape_.n_kv_heads;
-  a.head_dim = shape_.head_dim;
-  a.page_size = shape_.page_size;
-  a.block_table_stride = shape_.block_table_stride;
-  a.kv_dtype = shape_.kv_dtype;
   a.act_dtype = kn::ActDtype::kBf16;
   a.sp = sp_;
   return a;

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/attention_paged.h"
 #include "kernels/numeric_formats.h"
 
 // A timing program has nothing to recover: a failed CUDA call prints where and why, and exits 1.
@@ -111,33 +112,8 @@ T* dev_copy(const std::vector<T>& v) {
   return p;
 }
 
-// One layer's paged KV cache with its query and output buffers: the fields DecodeAttentionArgs,
-// PrefillAttentionArgs (and the like) share.
-struct PagedLayer {
-  const void* q = nullptr;
-  void* out = nullptr;
-  const void* k_cache = nullptr;
-  const void* v_cache = nullptr;
-  const int32_t* block_table = nullptr;
-  int batch = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0, block_table_stride = 0;
-};
-
-// Args (DecodeAttentionArgs, PrefillAttentionArgs) with L's fields set and the rest at their defaults.
-template <typename Args>
-Args paged_attention_args(const PagedLayer& L) {
-  Args a;
-  a.q = L.q;
-  a.out = L.out;
-  a.k_cache = L.k_cache;
-  a.v_cache = L.v_cache;
-  a.block_table = L.block_table;
-  a.batch = L.batch;
-  a.n_heads = L.n_heads;
-  a.n_kv_heads = L.n_kv_heads;
-  a.head_dim = L.head_dim;
-  a.page_size = L.page_size;
-  a.block_table_stride = L.block_table_stride;
-  return a;
-}
+// PagedLayer and paged_attention_args: kernels/attention_paged.h.
+using kernels::PagedLayer;
+using kernels::paged_attention_args;
 
 }  // namespace soartune::kernels::timing
