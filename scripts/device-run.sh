@@ -13,7 +13,7 @@
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
 #       tests sanitizer model bench peer e2e; also: sala, sala_bench, sala_sparse, timing, lightning, sparse,
 #       sparse_sanitizer, decode,
-#       ncu_decode, ncu_gemv, sass, tables, job8b, sala_job, gptq) and writes
+#       ncu_decode, ncu_gemv, sass, tables, tables8b, job8b, sala_job, gptq) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
 set -uo pipefail
@@ -454,39 +454,52 @@ YAML
   note "e2e: $(grep -E 'worker rc=|"ok"' "$OUT/e2e.log" | head -2 | cut -c1-200 | tr '\n' ' ')"
 fi
 
-# GPU-measured landscapes (issue 21): tiny-llama-bpe4k with real accuracy at fidelities 1/9, 1/3, 1, each config
-# TABLE_REPEATS times (default 2), configs started until TABLE_DEADLINE seconds (default 200) have passed (on the
-# H200, run 69: about 3.7 s of references and 7.4 s a config, so the whole 48-config grid takes TABLE_DEADLINE=370,
-# about 450 s with what follows: a call of its own); then
-# bo_bench's multi-fidelity and replay benchmarks and the BoTorch peer on that table, each bounded (the peer: 15
-# seeds, one per process beside the timing run, 60 s each, so that one wave of 16 processes finishes in time). TABLE_BACKEND=cpu
-# and TABLE_ARGS (e.g. --limit 2) check the step's plumbing on a machine without a GPU.
-if want tables; then
-  model="$bundle/shared/models/tiny-llama-bpe4k"
-  table="$OUT/tiny_gpu_fidelity_trials.csv"
-  deadline="${TABLE_DEADLINE:-200}"
+# GPU-measured landscapes (issue 21): a replay table recorded by run_tiny_fidelity_grid.py at fidelities 1/9, 1/3, 1,
+# each config TABLE_REPEATS times (default 2), configs started until TABLE_DEADLINE seconds (default 200) have
+# passed; then bo_bench's multi-fidelity and replay benchmarks and the BoTorch peer on that table, each bounded (the
+# peer: 15 seeds, one per process beside the timing run, 60 s each, so that one wave of 16 processes finishes in
+# time). $1: the step's name (its files' prefix), $2: the recorder's --backend, $3: the table's file name.
+record_table() {
+  local step="$1" setup="$2" table="$OUT/$3" deadline="${TABLE_DEADLINE:-200}" t0 rows
   t0=$(date +%s)
-  PYTHONUNBUFFERED=1 timeout $((deadline + 90)) python3 "$here/search/bench/data/run_tiny_fidelity_grid.py" "$bundle" \
-    --backend "${TABLE_BACKEND:-cuda}" --model "$model" --repeats "${TABLE_REPEATS:-2}" --deadline "$deadline" \
-    ${TABLE_ARGS:-} >"$table" 2>"$OUT/tables.log"
-  note "tables: rc=$? in $(( $(date +%s) - t0 )) s, $(($(wc -l <"$table") - 1)) rows; $(tail -1 "$OUT/tables.log")"
-  if [[ -x "$bin/bo_bench" ]]; then
-    rows=$(($(wc -l <"$table") - 1))
-    { timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows"
-      timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows" \
-        --levels 0.333333,1; } >"$OUT/bo_bench_fidelity.txt" 2>&1
-    note "bo_bench fidelity: $(grep -E 'bayes / mf-bayes' "$OUT/bo_bench_fidelity.txt" | tr '\n' ' ')"
-    timeout 90 "$bin/bo_bench" --landscape replay --replay-table "$table" --seeds 20 --budget 100 \
-      --random-budget 1000 >"$OUT/bo_bench_replay.txt" 2>&1
-    note "bo_bench replay: $(grep -E 'random / bayes' "$OUT/bo_bench_replay.txt")"
-    "$bin/bo_bench" --landscape replay --replay-table "$table" --export-landscape "$OUT/gpu_replay_landscape.csv" \
-      >>"$OUT/bo_bench_replay.txt" 2>&1
-    PYTHONUNBUFFERED=1 timeout 80 python3 "$here/scripts/botorch_peer.py" "$OUT/gpu_replay_landscape.csv" --no-noise \
-      --seeds 15 --budget 60 --procs 16 --deadline 60 --json "$OUT/botorch_replay.json" >"$OUT/botorch_replay.txt" 2>&1
-    note "botorch peer (replay): rc=$? $(grep -E '"median_trials"|"unfinished"' "$OUT/botorch_replay.txt" | tr -d ' \n')"
-  else
+  PYTHONUNBUFFERED=1 timeout $((deadline + 150)) python3 "$here/search/bench/data/run_tiny_fidelity_grid.py" "$bundle" \
+    --backend "$setup" --model "$bundle/shared/models/tiny-llama-bpe4k" --repeats "${TABLE_REPEATS:-2}" \
+    --deadline "$deadline" ${TABLE_ARGS:-} >"$table" 2>"$OUT/$step.log"
+  note "$step: rc=$? in $(( $(date +%s) - t0 )) s, $(($(wc -l <"$table") - 1)) rows; $(tail -1 "$OUT/$step.log")"
+  if [[ ! -x "$bin/bo_bench" ]]; then
     note "bo_bench not in the bundle (BUNDLE_EXES)"
+    return
   fi
+  rows=$(($(wc -l <"$table") - 1))
+  { timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows"
+    timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows" \
+      --levels 0.333333,1; } >"$OUT/${step}_bo_bench_fidelity.txt" 2>&1
+  note "$step bo_bench fidelity: $(grep -E 'bayes / mf-bayes' "$OUT/${step}_bo_bench_fidelity.txt" | tr '\n' ' ')"
+  timeout 90 "$bin/bo_bench" --landscape replay --replay-table "$table" --seeds 20 --budget 100 \
+    --random-budget 1000 >"$OUT/${step}_bo_bench_replay.txt" 2>&1
+  note "$step bo_bench replay: $(grep -E 'random / bayes' "$OUT/${step}_bo_bench_replay.txt")"
+  "$bin/bo_bench" --landscape replay --replay-table "$table" --export-landscape "$OUT/${step}_replay_landscape.csv" \
+    >>"$OUT/${step}_bo_bench_replay.txt" 2>&1
+  PYTHONUNBUFFERED=1 timeout 80 python3 "$here/scripts/botorch_peer.py" "$OUT/${step}_replay_landscape.csv" --no-noise \
+    --seeds 15 --budget 60 --procs 16 --deadline 60 --json "$OUT/${step}_botorch_replay.json" \
+    >"$OUT/${step}_botorch_replay.txt" 2>&1
+  note "$step botorch peer (replay): rc=$? $(grep -E '"median_trials"|"unfinished"' "$OUT/${step}_botorch_replay.txt" | tr -d ' \n')"
+}
+
+# `tables`: tiny-llama-bpe4k with real accuracy, the 48-config GPU grid (on the H200, run 69: about 3.7 s of
+# references and 7.4 s a config, so the whole grid takes TABLE_DEADLINE=370, about 450 s with what follows: a
+# call of its own). TABLE_BACKEND=cpu and TABLE_ARGS (e.g. --limit 2) check the step's plumbing without a GPU.
+if want tables; then
+  record_table tables "${TABLE_BACKEND:-cuda}" tiny_gpu_fidelity_trials.csv
+fi
+
+# `tables8b`: the 8B shape with proxy accuracy (the recorder's cuda-8b setup: synthetic:llama3-8b timed on
+# race-gpu-short, accuracy of the same launch on tiny-llama-bpe4k; 18 configs). A trial of this shape took 33-52 s
+# in run 69, so one call records a part of the grid (configs start in a seeded random order: the part is a uniform
+# sample); TABLE_ARGS="--skip EARLIER.csv" continues an earlier part in a later call. TABLE_ARGS="--timed-model
+# synthetic:tiny --worker-backend cpu --limit 1" checks the plumbing without a GPU.
+if want tables8b; then
+  record_table tables8b cuda-8b llama3_8b_gpu_fidelity_trials.csv
 fi
 
 # A daemon for the job steps: soartuned on a free port in a fresh directory, run from .device/run so that a job's

@@ -22,11 +22,19 @@ early leaves a uniform random subset of the grid.
   jitter averages out and the tiers measure the knobs (graphs, batch, formats), not the timer. Grid: the GPU knobs
   that change a small model's step: weight_bits 16/8/4 (group 128), kv_cache_dtype bf16/fp8_e4m3,
   max_running_requests 2/4/8/16, cuda_graphs on/off (48 configs).
+--backend cuda-8b: the 8B shape with proxy accuracy. Durations come from synthetic:llama3-8b (--timed-model names
+  another, e.g. synthetic:tiny with --worker-backend cpu to check the plumbing without a GPU); the accuracy is the
+  same launch config's on the trained model (--model) against its reference config, 16 samples of its public set,
+  as a job with `accuracy.model` measures it (every row is a proxy accuracy). The workload is
+  configs/jobs/h200-llama3-8b-mf.yaml's race-gpu-short (2 x 100->512, 4 x 100->128, 1 x 8192->128). Grid: the
+  knobs that move the 8B step: weight_bits 16/8/4 (group 128), kv_cache_dtype bf16/fp8_e4m3,
+  max_running_requests 4/8/16 (18 configs; CUDA graphs on, the default).
 Each config's runs are made together (repeat by repeat, each repeat over every level), so --deadline cuts at a
 config boundary: a config is started only if the mean time of the configs so far still fits before the deadline.
 
-Usage: run_tiny_fidelity_grid.py BUILD_DIR [--backend cpu|cuda] [--model DIR] [--jobs N] [--repeats N]
-           [--deadline SECONDS] [--values KNOB=V1,V2 ...] [--skip CSV] [--limit N] > table.csv
+Usage: run_tiny_fidelity_grid.py BUILD_DIR [--backend cpu|cuda|cuda-8b] [--model DIR] [--jobs N] [--repeats N]
+           [--deadline SECONDS] [--values KNOB=V1,V2 ...] [--skip CSV] [--limit N]
+           [--timed-model SPEC] [--worker-backend cpu|cuda] > table.csv
   --values restricts a knob to some of the grid's values (repeatable); --skip leaves out configs that already
   have all their levels in an earlier output (concatenate the two outputs' rows afterwards).
 """
@@ -60,6 +68,15 @@ SETUPS = {
         workload="race-gpu-tiny",
         requests=[("short-long", 32, 512, 4), ("short-short", 32, 64, 8), ("long-short", 1536, 64, 2)],
         samples=16),
+    "cuda-8b": dict(
+        knobs=["weight_bits", "kv_cache_dtype", "max_running_requests"],
+        reference=(16, "bf16", 8),
+        grid=list(itertools.product([16, 8, 4], ["bf16", "fp8_e4m3"], [4, 8, 16])),
+        workload="race-gpu-short",
+        requests=[("short-long", 100, 512, 2), ("short-short", 100, 128, 4), ("long-short", 8192, 128, 1)],
+        samples=16,
+        timed_model="synthetic:llama3-8b",
+        worker_backend="cuda"),
 }
 
 
@@ -68,11 +85,18 @@ def shortened(n, f):
     return max(1, math.ceil(f * n - 1e-9))
 
 
-def trial_yaml(setup, backend, model, cfg, f, ref_mode, ref_path):
+def trial_yaml(setup, backend, model, timed_model, cfg, f, ref_mode, ref_path):
+    """The worker's trial file. With a timed model (the 8B shape) the trained model measures only the accuracy;
+    its reference outputs are then written by a trial of the trained model itself (the reference config, one
+    short request), which computes them as the proxy pass would, without timing the large model."""
     launch = ", ".join(f"{k}: {v}" for k, v in zip(setup["knobs"], cfg))
+    requests = setup["requests"]
+    if timed_model and ref_mode == "write":
+        timed_model, requests = None, [("reference", 8, 4, 1)]
     reqs = "\n".join(f"    - {{name: {n}, input_len: {i}, output_len: {shortened(o, f)}, count: {shortened(c, f)}}}"
-                     for n, i, o, c in setup["requests"])
-    return f"""model: hf:{model}
+                     for n, i, o, c in requests)
+    proxy = f", model: hf:{model}" if timed_model else ""
+    return f"""model: {timed_model or "hf:" + model}
 backend: {backend}
 seed: 1
 launch: {{{launch}}}
@@ -81,18 +105,18 @@ workload:
   requests:
 {reqs}
 tiers: [1, 8, 0]
-accuracy: {{set: {model}/eval_public.jsonl, samples: {shortened(setup["samples"], f)}}}
+accuracy: {{set: {model}/eval_public.jsonl, samples: {shortened(setup["samples"], f)}{proxy}}}
 reference: {{{ref_mode}: {ref_path}}}
 """
 
 
-def run_one(worker, spec_path, backend, core):
+def run_one(worker, spec_path, backend, core, timeout):
     cmd = [worker, "--trial", spec_path]
     if backend == "cpu":
         cmd = ["taskset", "-c", str(core)] + cmd + ["--threads", "1"]
     t0 = time.monotonic()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         r = json.loads(p.stdout)
     except (subprocess.TimeoutExpired, ValueError):
         return None, time.monotonic() - t0
@@ -112,11 +136,18 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="only the first N configs of the shuffled grid")
     ap.add_argument("--values", action="append", default=[], help="KNOB=V1,V2: only these values of KNOB")
     ap.add_argument("--skip", help="an earlier output: configs with every level there are not run again")
+    ap.add_argument("--timed-model", help="cuda-8b: the model the durations come from (default synthetic:llama3-8b)")
+    ap.add_argument("--worker-backend", choices=["cpu", "cuda"], help="cuda-8b: the worker's backend (default cuda)")
+    ap.add_argument("--trial-timeout", type=float, default=120, help="seconds one worker run may take")
     a = ap.parse_args()
     setup = SETUPS[a.backend]
     knobs = setup["knobs"]
+    if (a.timed_model or a.worker_backend) and "timed_model" not in setup:
+        sys.exit("--timed-model and --worker-backend apply to --backend cuda-8b only")
+    timed_model = a.timed_model or setup.get("timed_model")
+    backend = a.worker_backend or setup.get("worker_backend", a.backend)
     # The GPU is one timed resource: its trials run one at a time.
-    jobs = 1 if a.backend == "cuda" else (a.jobs or max(1, (os.cpu_count() or 2) - 2))
+    jobs = 1 if backend == "cuda" else (a.jobs or max(1, (os.cpu_count() or 2) - 2))
     keep = {}
     for v in a.values:
         k, vals = v.split("=", 1)
@@ -138,8 +169,8 @@ def main():
         ref = os.path.join(tmp, f"reference-{li}.json")
         path = os.path.join(tmp, f"ref-{li}.yaml")
         with open(path, "w") as fh:
-            fh.write(trial_yaml(setup, a.backend, a.model, setup["reference"], f, "write", ref))
-        r, wall = run_one(worker, path, a.backend, 0)
+            fh.write(trial_yaml(setup, backend, a.model, timed_model, setup["reference"], f, "write", ref))
+        r, wall = run_one(worker, path, backend, 0, a.trial_timeout)
         if r is None:
             sys.exit(f"reference trial at level {f} failed (spec {path})")
         print(f"reference at level {f:.4f}: {wall:.2f} s", file=sys.stderr, flush=True)
@@ -169,8 +200,8 @@ def main():
                 for li, f in enumerate(LEVELS):
                     path = os.path.join(tmp, f"t{i}-{rep}-{li}.yaml")
                     with open(path, "w") as fh:
-                        fh.write(trial_yaml(setup, a.backend, a.model, cfgs[i], f, "read", refs[li]))
-                    r, wall = run_one(worker, path, a.backend, core)
+                        fh.write(trial_yaml(setup, backend, a.model, timed_model, cfgs[i], f, "read", refs[li]))
+                    r, wall = run_one(worker, path, backend, core, a.trial_timeout)
                     rows.append((f, rep, r, wall))
             config_s.append(time.monotonic() - t0)
             return i, rows
