@@ -128,7 +128,7 @@ note "device: $(sed -n 4p "$OUT/device.txt")"
 if want tests; then
   timeout 150 "$bin/soartune_kernel_gpu_tests" --gtest_color=no >"$OUT/kernel_tests.log" 2>&1
   rc=$?
-  note "kernel tests (gpu): rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/kernel_tests.log" | tr '\n' ' ')"
+  note "kernel tests (gpu): rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/kernel_tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure|error' "$OUT/kernel_tests.log" | head -20 | tee -a "$summary"
 fi
 
@@ -149,7 +149,7 @@ fi
 if want sala; then
   # The RoPE + KV write kernel's NoPE form (the softmax layers') against its twin first.
   timeout 60 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='RopeKvWrite.*' >"$OUT/sala_rope.log" 2>&1
-  note "rope/NoPE kernel test (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/sala_rope.log" | tr '\n' ' ')"
+  note "rope/NoPE kernel test (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sala_rope.log" | tr '\n' ' ')"
   if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
     SOARTUNE_SHARED_DIR="$bundle/shared" timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no \
       --gtest_filter='CudaSala.*' >"$OUT/sala_tests.log" 2>&1
@@ -178,7 +178,7 @@ if want sala_sparse; then
   if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
     SOARTUNE_SHARED_DIR="$bundle/shared" timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
       --gtest_filter='CudaSalaSparse.*' >"$OUT/sala_sparse_tests.log" 2>&1
-    note "sala sparse tests (gpu, tiny-sala): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/sala_sparse_tests.log" | tr '\n' ' ')"
+    note "sala sparse tests (gpu, tiny-sala): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sala_sparse_tests.log" | tr '\n' ' ')"
     grep -E '^(CUDA|CPU|all blocks|knobs|the selection)|^\[  FAILED|Failure|Expected|Which is|error' \
       "$OUT/sala_sparse_tests.log" | head -40 | tee -a "$summary"
   else
@@ -214,7 +214,7 @@ fi
 # time limit, $4 what of their log goes into the summary, $5 the timing program (copied whole into the summary).
 kernel_tests_then_timing() {
   timeout "$3" "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter="$2" >"$OUT/$1_tests.log" 2>&1
-  note "$1 tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$1_tests.log" | tr '\n' ' ')"
+  note "$1 tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/$1_tests.log" | tr '\n' ' ')"
   grep -E "$4" "$OUT/$1_tests.log" | head -40 | tee -a "$summary"
   if [[ -x "$bin/$5" ]]; then
     timeout 240 "$bin/$5" >"$OUT/$5.txt" 2>&1
@@ -240,7 +240,7 @@ if want sparse_sanitizer; then
     for tool in memcheck racecheck synccheck; do
       timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
         --gtest_color=no --gtest_filter='SparseAttentionGpu.SmallShapesMatchTwin' >"$OUT/sparse_sanitizer_$tool.log" 2>&1
-      note "compute-sanitizer $tool on the small sparse attention test: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sparse_sanitizer_$tool.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/sparse_sanitizer_$tool.log" | tr '\n' ' ')"
+      note "compute-sanitizer $tool on the small sparse attention test: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sparse_sanitizer_$tool.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sparse_sanitizer_$tool.log" | tr '\n' ' ')"
     done
   else
     note "compute-sanitizer: not found"
@@ -334,7 +334,7 @@ fi
 if want gptq; then
   if [[ -x "$bin/soartune_cuda_model_tests" ]]; then
     timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no --gtest_filter='GptqCuda.*' >"$OUT/gptq_tests.log" 2>&1
-    note "gptq tests (gpu vs cpu): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/gptq_tests.log" | tr '\n' ' ')"
+    note "gptq tests (gpu vs cpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/gptq_tests.log" | tr '\n' ' ')"
     grep -E 'codes differ|Failure|^\[  FAILED' "$OUT/gptq_tests.log" | head -24 | tee -a "$summary"
     # GPTQ_SANITIZER=memcheck|racecheck: the exact-Hessian test under compute-sanitizer (the block kernel's shared
     # memory and barriers, the solver's buffers), for a first run of the GPU solver.
