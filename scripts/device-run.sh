@@ -116,6 +116,32 @@ summary="$OUT/summary.txt"
 [[ -n "${APPEND_SUMMARY:-}" ]] || : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
+# The tests a gtest log says failed, as a gtest filter (A.B:C.D); a test that started and never finished (the
+# program crashed or was killed in it) counts as failed. Empty: none.
+failed_tests() {
+  awk '/^\[ RUN      \] / {run = $4} /^\[       OK \] |^\[  SKIPPED \] / {run = ""}
+       /^\[  FAILED  \] [A-Za-z0-9_\/]+\.[A-Za-z0-9_\/]+(,| |$)/ && !/listed below/ {t = $4; sub(/,$/, "", t); f[t] = 1; run = ""}
+       END {if (run != "") f[run] = 1; for (t in f) out = out (out == "" ? "" : ":") t; print out}' "$1"
+}
+
+# After a GPU test program failed or crashed: its failing tests once more under compute-sanitizer memcheck, so
+# that a call which finds a bug also brings back where memory went wrong (a further call costs a machine start).
+# $1 names the log ($OUT/$1_memcheck.log), $2 the test program, $3 its gtest log. SANITIZE_ON_FAILURE_S bounds
+# it (default 90 s; 0: off).
+memcheck_failures() {
+  local filter limit="${SANITIZE_ON_FAILURE_S:-90}"
+  filter="$(failed_tests "$3")"
+  [[ -n "$filter" && "$limit" != 0 ]] || return 0
+  if ! command -v compute-sanitizer >/dev/null; then
+    note "$1: failed $filter; compute-sanitizer not found"
+    return 0
+  fi
+  SOARTUNE_SHARED_DIR="$bundle/shared" timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    --print-limit 20 "$2" --gtest_color=no --gtest_filter="$filter" >"$OUT/$1_memcheck.log" 2>&1
+  note "$1: memcheck of the failed tests ($filter): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/$1_memcheck.log" | tail -1)"
+  grep -E '^========= (Invalid|Out of|Program hit|Address|    at )' "$OUT/$1_memcheck.log" | head -12 | tee -a "$summary"
+}
+
 {
   date -u
   git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo "commit unknown"
@@ -130,15 +156,17 @@ if want tests; then
   rc=$?
   note "kernel tests (gpu): rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/kernel_tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure|error' "$OUT/kernel_tests.log" | head -20 | tee -a "$summary"
+  memcheck_failures kernel_tests "$bin/soartune_kernel_gpu_tests" "$OUT/kernel_tests.log"
 fi
 
 if want model; then
   if [[ -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
     SOARTUNE_SHARED_DIR="$bundle/shared" timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
-      >>"$OUT/kernel_tests.log" 2>&1
+      >"$OUT/model_tests.log" 2>&1
     rc=$?
     note "model tests (gpu, tiny-llama-bpe4k): rc=$rc"
-    grep -E 'agreement|greedy|continuations|^\[  (PASSED|FAILED)|Failure' "$OUT/kernel_tests.log" | tail -14 | tee -a "$summary"
+    grep -E 'agreement|greedy|continuations|^\[  (PASSED|FAILED)|Failure' "$OUT/model_tests.log" | tail -14 | tee -a "$summary"
+    memcheck_failures model_tests "$bin/soartune_cuda_model_tests" "$OUT/model_tests.log"
   else
     note "model tests: skipped (bundle made without --with-model)"
   fi
@@ -150,12 +178,14 @@ if want sala; then
   # The RoPE + KV write kernel's NoPE form (the softmax layers') against its twin first.
   timeout 60 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='RopeKvWrite.*' >"$OUT/sala_rope.log" 2>&1
   note "rope/NoPE kernel test (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sala_rope.log" | tr '\n' ' ')"
+  memcheck_failures sala_rope "$bin/soartune_kernel_gpu_tests" "$OUT/sala_rope.log"
   if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
     SOARTUNE_SHARED_DIR="$bundle/shared" timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no \
       --gtest_filter='CudaSala.*' >"$OUT/sala_tests.log" 2>&1
     rc=$?
     note "sala tests (gpu, tiny-sala): rc=$rc"
     grep -E 'tiny-sala|^\[  (PASSED|FAILED)|^\[  FAILED|Failure|Expected|Which is|diverges' "$OUT/sala_tests.log" | head -40 | tee -a "$summary"
+    memcheck_failures sala "$bin/soartune_cuda_model_tests" "$OUT/sala_tests.log"
   else
     note "sala tests: skipped (bundle made without --with-sala-gz)"
   fi
@@ -181,6 +211,7 @@ if want sala_sparse; then
     note "sala sparse tests (gpu, tiny-sala): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sala_sparse_tests.log" | tr '\n' ' ')"
     grep -E '^(CUDA|CPU|all blocks|knobs|the selection)|^\[  FAILED|Failure|Expected|Which is|error' \
       "$OUT/sala_sparse_tests.log" | head -40 | tee -a "$summary"
+    memcheck_failures sala_sparse "$bin/soartune_cuda_model_tests" "$OUT/sala_sparse_tests.log"
   else
     note "sala sparse tests: skipped (bundle made without --with-sala-gz)"
   fi
@@ -216,6 +247,7 @@ kernel_tests_then_timing() {
   timeout "$3" "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter="$2" >"$OUT/$1_tests.log" 2>&1
   note "$1 tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/$1_tests.log" | tr '\n' ' ')"
   grep -E "$4" "$OUT/$1_tests.log" | head -40 | tee -a "$summary"
+  memcheck_failures "$1" "$bin/soartune_kernel_gpu_tests" "$OUT/$1_tests.log"
   if [[ -x "$bin/$5" ]]; then
     timeout 240 "$bin/$5" >"$OUT/$5.txt" 2>&1
     note "$5: rc=$? ($OUT/$5.txt)"
@@ -336,6 +368,7 @@ if want gptq; then
     timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no --gtest_filter='GptqCuda.*' >"$OUT/gptq_tests.log" 2>&1
     note "gptq tests (gpu vs cpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/gptq_tests.log" | tr '\n' ' ')"
     grep -E 'codes differ|Failure|^\[  FAILED' "$OUT/gptq_tests.log" | head -24 | tee -a "$summary"
+    memcheck_failures gptq "$bin/soartune_cuda_model_tests" "$OUT/gptq_tests.log"
     # GPTQ_SANITIZER=memcheck|racecheck: the exact-Hessian test under compute-sanitizer (the block kernel's shared
     # memory and barriers, the solver's buffers), for a first run of the GPU solver.
     if [[ -n "${GPTQ_SANITIZER:-}" ]] && command -v compute-sanitizer >/dev/null; then
