@@ -139,7 +139,7 @@ Result<int> gptq_zero_offset(const std::string& dir) {
     std::ifstream cfg(fs::path(dir) / "config.json");
     if (cfg) {
       const nlohmann::json j = nlohmann::json::parse(cfg);
-      if (j.contains("quantization_config") && j["quantization_config"].is_object()) {
+      if (j.is_object() && j.contains("quantization_config") && !j["quantization_config"].is_null()) {
         q = j["quantization_config"];
         where = "config.json quantization_config";
       }
@@ -155,12 +155,24 @@ Result<int> gptq_zero_offset(const std::string& dir) {
     return Status::Invalid("model: " + dir + ": the quantisation config is not JSON: " + e.what());
   }
   if (where.empty()) return 1;   // AutoGPTQ's default: v1
-  const std::string method = q.value("quant_method", std::string("gptq"));
-  if (method != "gptq" && method != "gptq_marlin")
-    return Status::Invalid(where + ".quant_method: " + method + " is not supported; allowed: gptq, gptq_marlin");
+  if (!q.is_object()) return Status::Invalid(where + ": must be a JSON object, not " + std::string(q.type_name()));
+  // A string key: absent is its default; any other type is refused by name (the file is untrusted input).
+  auto text = [&](const char* key, const std::string& fallback) -> Result<std::string> {
+    const auto it = q.find(key);
+    if (it == q.end() || it->is_null()) return fallback;
+    if (!it->is_string())
+      return Status::Invalid(where + "." + key + ": must be a string, not " + std::string(it->type_name()));
+    return it->get<std::string>();
+  };
+  auto method = text("quant_method", "gptq");
+  if (!method.ok()) return method.status();
+  if (method.value() != "gptq" && method.value() != "gptq_marlin")
+    return Status::Invalid(where + ".quant_method: " + method.value() + " is not supported; allowed: gptq, gptq_marlin");
   // What the engine's symmetric 4- / 8-bit representation cannot hold is refused by its key, before any
   // tensor is read (the tensors are checked again as they load: a checkpoint may say less than it holds).
-  auto bits_ok = [](const nlohmann::json& b) { return b.is_number_integer() && (b.get<int>() == 4 || b.get<int>() == 8); };
+  auto bits_ok = [](const nlohmann::json& b) {
+    return b.is_number_integer() && (b.get<int64_t>() == 4 || b.get<int64_t>() == 8);
+  };
   if (q.contains("bits") && !bits_ok(q["bits"]))
     return Status::Invalid(where + ".bits: " + q["bits"].dump() + " is not supported; allowed: 4, 8");
   if (q.contains("dynamic") && q["dynamic"].is_object())
@@ -168,12 +180,13 @@ Result<int> gptq_zero_offset(const std::string& dir) {
       if (over.is_object() && over.contains("bits") && !bits_ok(over["bits"]))
         return Status::Invalid(where + ".dynamic[\"" + rule + "\"].bits: " + over["bits"].dump() +
                                " is not supported; allowed: 4, 8");
-  if (q.contains("sym") && q["sym"] == false)
-    return Status::Invalid(where + ".sym: false is not supported (asymmetric zero points); allowed: true");
-  const std::string format = q.value("checkpoint_format", std::string("gptq"));
-  if (format == "gptq") return 1;
-  if (format == "gptq_v2") return 0;
-  return Status::Invalid(where + ".checkpoint_format: " + format + " is not supported; allowed: gptq, gptq_v2");
+  if (q.contains("sym") && !q["sym"].is_null() && q["sym"] != true)
+    return Status::Invalid(where + ".sym: " + q["sym"].dump() + " is not supported (only symmetric zero points); allowed: true");
+  auto format = text("checkpoint_format", "gptq");
+  if (!format.ok()) return format.status();
+  if (format.value() == "gptq") return 1;
+  if (format.value() == "gptq_v2") return 0;
+  return Status::Invalid(where + ".checkpoint_format: " + format.value() + " is not supported; allowed: gptq, gptq_v2");
 }
 
 }  // namespace soartune::engine

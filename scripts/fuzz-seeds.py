@@ -182,9 +182,68 @@ def model_configs():
         put("model_config", cfg.parent.name + ".json", cfg.read_bytes())
 
 
+# --- gptq_config / gptq_tensors: a one-layer Llama in the GPTQ format (engine/gptq_format.h: v1, symmetric,
+# desc_act false), attention at 4 bits, the MLP at 8 through a `dynamic` rule, group 32, the lm_head in bf16. Each
+# target fuzzes one of the two files; the other target's seed is its fixed counterpart (tests/fuzz/gptq_checkpoint.h).
+def gptq_linear(name, out, inp, bits, group, seed):
+    pack, zero = 32 // bits, 1 << (bits - 1)
+    qmax = zero - 1
+    codes = [[((seed * 7 + o * 13 + i * 5) % (2 * qmax + 2)) - zero for i in range(inp)] for o in range(out)]
+    qweight = []
+    for r in range(inp // pack):
+        for o in range(out):
+            word = 0
+            for j in range(pack):
+                word |= (codes[o][r * pack + j] + zero) << (j * bits)
+            qweight.append(word - (1 << 32) if word >= 1 << 31 else word)
+    groups = inp // group
+    zword = 0
+    for j in range(pack):
+        zword |= (zero - 1) << (j * bits)   # v1 stores zero - 1
+    zword = zword - (1 << 32) if zword >= 1 << 31 else zword
+    qzeros = [zword] * (groups * (out // pack))
+    scales = [0x2000 + (seed + k) % 64 for k in range(groups * out)]   # small positive fp16 values
+    g_idx = [i // group for i in range(inp)]
+    return [(name + ".qweight", "I32", [inp // pack, out], struct.pack(f"<{len(qweight)}i", *qweight)),
+            (name + ".qzeros", "I32", [groups, out // pack], struct.pack(f"<{len(qzeros)}i", *qzeros)),
+            (name + ".scales", "F16", [groups, out], struct.pack(f"<{len(scales)}H", *scales)),
+            (name + ".g_idx", "I32", [inp], struct.pack(f"<{inp}i", *g_idx))]
+
+
+def gptq_checkpoints():
+    hidden, inter, vocab, group = 64, 128, 64, 32
+    qc = {"quant_method": "gptq", "checkpoint_format": "gptq", "bits": 4, "group_size": group, "sym": True,
+          "desc_act": False, "lm_head": False, "dynamic": {r"+:model\.layers\.0\.mlp\..*": {"bits": 8}}}
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+           "intermediate_size": inter, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "vocab_size": vocab, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False, "quantization_config": qc}
+    put("gptq_config", "w4-mlp-w8.json", json.dumps(cfg, indent=2))
+    plain = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    put("gptq_config", "quantize-config-file.txt", json.dumps(plain, indent=2) + "\n#quantize_config.json\n" +
+        json.dumps(dict(qc, checkpoint_format="gptq_v2"), indent=2))
+    bf16 = lambda n, seed: struct.pack(f"<{n}H", *[0x3C00 + (seed * 31 + i * 17) % 512 for i in range(n)])
+    ones = lambda n: struct.pack(f"<{n}f", *([1.0] * n))
+    p = "model.layers.0."
+    tensors = [("model.embed_tokens.weight", "BF16", [vocab, hidden], bf16(vocab * hidden, 1)),
+               (p + "input_layernorm.weight", "F32", [hidden], ones(hidden)),
+               (p + "post_attention_layernorm.weight", "F32", [hidden], ones(hidden))]
+    tensors += gptq_linear(p + "self_attn.q_proj", 64, hidden, 4, group, 2)
+    tensors += gptq_linear(p + "self_attn.k_proj", 32, hidden, 4, group, 3)
+    tensors += gptq_linear(p + "self_attn.v_proj", 32, hidden, 4, group, 4)
+    tensors += gptq_linear(p + "self_attn.o_proj", hidden, 64, 4, group, 5)
+    tensors += gptq_linear(p + "mlp.gate_proj", inter, hidden, 8, group, 6)
+    tensors += gptq_linear(p + "mlp.up_proj", inter, hidden, 8, group, 7)
+    tensors += gptq_linear(p + "mlp.down_proj", hidden, inter, 8, group, 8)
+    tensors += [("model.norm.weight", "F32", [hidden], ones(hidden)),
+                ("lm_head.weight", "BF16", [vocab, hidden], bf16(vocab * hidden, 9))]
+    put("gptq_tensors", "w4-mlp-w8.safetensors", safetensors(tensors, metadata={"format": "pt"}))
+
+
 if __name__ == "__main__":
     job_specs()
     trial_files()
     worker_results()
     safetensors_files()
     model_configs()
+    gptq_checkpoints()
