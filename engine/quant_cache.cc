@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -84,7 +85,11 @@ Result<bool> load_quantized(ModelWeights& w, const std::string& path, const std:
     q.group_size = get();
     q.out = get();
     q.in = get();
-    if (!in || q.out != l.out || q.in != l.in || (q.bits != 16 && q.bits != 8 && q.bits != 4)) {
+    // A file that is not what save_quantized wrote (a damaged disk, a hand-edited cache) is a miss, never
+    // weights the backends would index out of bounds or decode wrongly: widths, bits and groups as the model's
+    // linear allows, codes within their width, scales finite.
+    if (!in || q.out != l.out || q.in != l.in || (q.bits != 16 && q.bits != 8 && q.bits != 4) || q.group_size < 0 ||
+        (q.group_size > 0 && q.in % q.group_size != 0)) {
       ok = false;
       return;
     }
@@ -93,8 +98,13 @@ Result<bool> load_quantized(ModelWeights& w, const std::string& path, const std:
       q.scales.resize(static_cast<std::size_t>(q.out) * q.groups_per_row());
       in.read(reinterpret_cast<char*>(q.q.data()), static_cast<std::streamsize>(q.q.size()));
       in.read(reinterpret_cast<char*>(q.scales.data()), static_cast<std::streamsize>(q.scales.size() * 4));
+      const int lo = -(1 << (q.bits - 1)), hi = (1 << (q.bits - 1)) - 1;
+      for (int8_t c : q.q)
+        if (c < lo || c > hi) ok = false;
+      for (float s : q.scales)
+        if (!std::isfinite(s)) ok = false;
     }
-    ok = static_cast<bool>(in);
+    ok = ok && static_cast<bool>(in);
     got.push_back(std::move(q));
   });
   if (!ok) return false;

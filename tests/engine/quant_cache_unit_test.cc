@@ -2,7 +2,13 @@
 // loaded model as the same weights; another key, or no file, loads nothing and leaves the model as it was.
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -53,6 +59,61 @@ TEST(QuantCache, SavedWeightsLoadBackUnderTheirKeyOnly) {
   EXPECT_EQ(back.layers[1].w_up.bits, 16);
   EXPECT_EQ(back.lm_head.bits, 8);
   EXPECT_TRUE(back.lm_head.q == q.lm_head.q);
+  std::filesystem::remove_all(dir);
+}
+
+// A damaged file (cut short, a group size that does not divide the width, codes beyond their width, a scale
+// that is not finite) is a miss: the model keeps its 16-bit weights and the trial quantises again.
+TEST(QuantCache, ADamagedFileIsAMissNotWeights) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("soartune-qcache-bad-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto w = load_model("synthetic:tiny", 5);
+  ASSERT_TRUE(w.ok()) << w.status().message;
+  LaunchConfig l;
+  l.weight_bits = 4;
+  l.weight_group_size = 64;
+  ModelWeights q = w.value();
+  ASSERT_TRUE(quantize_model(q, l).ok());
+  const std::string key = "model=synthetic:tiny;bits=4", file = quantized_cache_file(dir.string(), key);
+  ASSERT_TRUE(save_quantized(q, file, key).ok());
+  std::string good;
+  {
+    std::ifstream in(file, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // The first linear (layer 0 q_proj, 4 bits): its header after the magic and the key, then codes and scales.
+  const std::size_t head = 10 + 4 + key.size(), codes = head + 16;
+  const std::size_t scales = codes + static_cast<std::size_t>(q.layers[0].wq.out) * q.layers[0].wq.in;
+  auto with = [&](std::size_t at, int32_t v) {
+    std::string s = good;
+    std::memcpy(s.data() + at, &v, 4);
+    return s;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  int32_t inf_bits;
+  std::memcpy(&inf_bits, &inf, 4);
+  std::string bad_code = good;
+  bad_code[codes] = static_cast<char>(-9);
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {"cut short", good.substr(0, good.size() - 7)},
+      {"group size 48 of width 256", with(head + 4, 48)},
+      {"group size -1", with(head + 4, -1)},
+      {"a 4-bit code of -9", bad_code},
+      {"an infinite scale", with(scales, inf_bits)},
+  };
+  for (const auto& [what, bytes] : damaged) {
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    ModelWeights m = w.value();
+    auto r = load_quantized(m, file, key);
+    ASSERT_TRUE(r.ok()) << what;
+    EXPECT_FALSE(r.value()) << what << " loaded as weights";
+    EXPECT_EQ(m.layers[0].wq.bits, 16) << what;
+  }
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << good;   // and the intact file still loads
+  ModelWeights m = w.value();
+  auto r = load_quantized(m, file, key);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.value());
   std::filesystem::remove_all(dir);
 }
 
