@@ -214,9 +214,10 @@ Result<AccuracyResult> evaluate_accuracy(Engine& e, const AccuracySet& set, cons
     a.top1_digest = top1_digest(hits.value().top1);
     return a;
   }
-  if (ref.continuations.size() != set.items.size())
-    return Status::Invalid("reference.read: the reference has " + std::to_string(ref.continuations.size()) + " samples, accuracy.samples gives " +
-                           std::to_string(set.items.size()));
+  // The reference file is read back from disk: its two lists must both hold a row per sample.
+  if (ref.continuations.size() != set.items.size() || ref.top1.size() != set.items.size())
+    return Status::Invalid("reference.read: the reference has " + std::to_string(ref.continuations.size()) + " continuations and " +
+                           std::to_string(ref.top1.size()) + " top-1 rows, accuracy.samples gives " + std::to_string(set.items.size()));
   auto top1 = teacher_forced(e, set.items, &ref.continuations);
   if (!top1.ok()) return top1.status();
   int64_t hits = 0;
