@@ -19,37 +19,50 @@
 namespace soartune::engine {
 namespace {
 
-TEST(QuantCache, SavedWeightsLoadBackUnderTheirKeyOnly) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("soartune-qcache-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  auto w = load_model("synthetic:tiny", 5);
-  ASSERT_TRUE(w.ok()) << w.status().message;
-  LaunchConfig l;
-  l.weight_bits = 4;
-  l.weight_group_size = 64;
-  l.layer_overrides[1].mlp = 16;
-  l.lm_head_bits = 8;
-  ModelWeights q = w.value();
-  ASSERT_TRUE(quantize_model(q, l).ok());
-  const std::string key = "model=synthetic:tiny;bits=4", file = quantized_cache_file(dir.string(), key);
-  ASSERT_TRUE(save_quantized(q, file, key).ok());
+// synthetic:tiny quantised (4 bits, group 64; layer 1's MLP kept 16-bit, the lm_head at 8) and saved under a key.
+class QuantCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("soartune-qcache-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    auto w = load_model("synthetic:tiny", 5);
+    ASSERT_TRUE(w.ok()) << w.status().message;
+    base_ = std::move(w).value();
+    LaunchConfig l;
+    l.weight_bits = 4;
+    l.weight_group_size = 64;
+    l.layer_overrides[1].mlp = 16;
+    l.lm_head_bits = 8;
+    q_ = base_;
+    ASSERT_TRUE(quantize_model(q_, l).ok());
+    file_ = quantized_cache_file(dir_.string(), key_);
+    ASSERT_TRUE(save_quantized(q_, file_, key_).ok());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  ModelWeights other = w.value();
-  auto miss = load_quantized(other, file, key + ";damp=2");
+  std::filesystem::path dir_;
+  ModelWeights base_, q_;
+  const std::string key_ = "model=synthetic:tiny;bits=4";
+  std::string file_;
+};
+
+TEST_F(QuantCache, SavedWeightsLoadBackUnderTheirKeyOnly) {
+  ModelWeights other = base_;
+  auto miss = load_quantized(other, file_, key_ + ";damp=2");
   ASSERT_TRUE(miss.ok());
   EXPECT_FALSE(miss.value());
   EXPECT_EQ(other.layers[0].wq.bits, 16);
-  auto none = load_quantized(other, quantized_cache_file(dir.string(), "nothing"), "nothing");
+  auto none = load_quantized(other, quantized_cache_file(dir_.string(), "nothing"), "nothing");
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none.value());
 
-  ModelWeights back = w.value();
-  auto hit = load_quantized(back, file, key);
+  ModelWeights back = base_;
+  auto hit = load_quantized(back, file_, key_);
   ASSERT_TRUE(hit.ok());
   ASSERT_TRUE(hit.value());
-  for (std::size_t i = 0; i < q.layers.size(); ++i)
-    for (auto [a, b] : {std::pair{&q.layers[i].wq, &back.layers[i].wq}, {&q.layers[i].w_up, &back.layers[i].w_up},
-                        {&q.layers[i].w_down, &back.layers[i].w_down}}) {
+  for (std::size_t i = 0; i < q_.layers.size(); ++i)
+    for (auto [a, b] : {std::pair{&q_.layers[i].wq, &back.layers[i].wq}, {&q_.layers[i].w_up, &back.layers[i].w_up},
+                        {&q_.layers[i].w_down, &back.layers[i].w_down}}) {
       EXPECT_EQ(a->bits, b->bits);
       EXPECT_EQ(a->group_size, b->group_size);
       EXPECT_TRUE(a->q == b->q);
@@ -58,32 +71,20 @@ TEST(QuantCache, SavedWeightsLoadBackUnderTheirKeyOnly) {
     }
   EXPECT_EQ(back.layers[1].w_up.bits, 16);
   EXPECT_EQ(back.lm_head.bits, 8);
-  EXPECT_TRUE(back.lm_head.q == q.lm_head.q);
-  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(back.lm_head.q == q_.lm_head.q);
 }
 
 // A damaged file (cut short, a group size that does not divide the width, codes beyond their width, a scale
 // that is not finite) is a miss: the model keeps its 16-bit weights and the trial quantises again.
-TEST(QuantCache, ADamagedFileIsAMissNotWeights) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("soartune-qcache-bad-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  auto w = load_model("synthetic:tiny", 5);
-  ASSERT_TRUE(w.ok()) << w.status().message;
-  LaunchConfig l;
-  l.weight_bits = 4;
-  l.weight_group_size = 64;
-  ModelWeights q = w.value();
-  ASSERT_TRUE(quantize_model(q, l).ok());
-  const std::string key = "model=synthetic:tiny;bits=4", file = quantized_cache_file(dir.string(), key);
-  ASSERT_TRUE(save_quantized(q, file, key).ok());
+TEST_F(QuantCache, ADamagedFileIsAMissNotWeights) {
   std::string good;
   {
-    std::ifstream in(file, std::ios::binary);
+    std::ifstream in(file_, std::ios::binary);
     good.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   // The first linear (layer 0 q_proj, 4 bits): its header after the magic and the key, then codes and scales.
-  const std::size_t head = 10 + 4 + key.size(), codes = head + 16;
-  const std::size_t scales = codes + static_cast<std::size_t>(q.layers[0].wq.out) * q.layers[0].wq.in;
+  const std::size_t head = 10 + 4 + key_.size(), codes = head + 16;
+  const std::size_t scales = codes + static_cast<std::size_t>(q_.layers[0].wq.out) * q_.layers[0].wq.in;
   auto with = [&](std::size_t at, int32_t v) {
     std::string s = good;
     std::memcpy(s.data() + at, &v, 4);
@@ -102,19 +103,18 @@ TEST(QuantCache, ADamagedFileIsAMissNotWeights) {
       {"an infinite scale", with(scales, inf_bits)},
   };
   for (const auto& [what, bytes] : damaged) {
-    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
-    ModelWeights m = w.value();
-    auto r = load_quantized(m, file, key);
+    std::ofstream(file_, std::ios::binary | std::ios::trunc) << bytes;
+    ModelWeights m = base_;
+    auto r = load_quantized(m, file_, key_);
     ASSERT_TRUE(r.ok()) << what;
     EXPECT_FALSE(r.value()) << what << " loaded as weights";
     EXPECT_EQ(m.layers[0].wq.bits, 16) << what;
   }
-  std::ofstream(file, std::ios::binary | std::ios::trunc) << good;   // and the intact file still loads
-  ModelWeights m = w.value();
-  auto r = load_quantized(m, file, key);
+  std::ofstream(file_, std::ios::binary | std::ios::trunc) << good;   // and the intact file still loads
+  ModelWeights m = base_;
+  auto r = load_quantized(m, file_, key_);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r.value());
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -19,6 +19,17 @@ inline std::string read_seed(const std::string& relative) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// The process's scratch directory with `name` written once from the seed `seed` (the fixed half of the
+// checkpoint; the target writes the fuzzed half on each input).
+inline const ScratchDir& checkpoint_dir(const std::string& name, const std::string& seed) {
+  static const ScratchDir& dir = [&]() -> const ScratchDir& {
+    const ScratchDir& d = scratch_dir();
+    d.write(name, read_seed(seed));
+    return d;
+  }();
+  return dir;
+}
+
 // Every quantised linear holds codes of its width and one scale per group: what the CPU and CUDA backends
 // index without further checks.
 inline bool linear_holds(const engine::QuantizedLinear& l) {

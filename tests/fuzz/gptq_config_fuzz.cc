@@ -10,12 +10,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace soartune::fuzz;
-  const ScratchDir& dir = scratch_dir();
-  static const bool tensors_written = [&] {
-    dir.write("model.safetensors", read_seed("gptq_tensors/w4-mlp-w8.safetensors"));
-    return true;
-  }();
-  (void)tensors_written;
+  const ScratchDir& dir = checkpoint_dir("model.safetensors", "gptq_tensors/w4-mlp-w8.safetensors");
   const std::string input(reinterpret_cast<const char*>(data), size);
   const std::string split = "\n#quantize_config.json\n";
   const std::size_t at = input.find(split);

@@ -7,12 +7,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace soartune::fuzz;
-  const ScratchDir& dir = scratch_dir();
-  static const bool config_written = [&] {
-    dir.write("config.json", read_seed("gptq_config/w4-mlp-w8.json"));
-    return true;
-  }();
-  (void)config_written;
+  const ScratchDir& dir = checkpoint_dir("config.json", "gptq_config/w4-mlp-w8.json");
   dir.write("model.safetensors", data, size);
   load_and_check(dir);
   return 0;
