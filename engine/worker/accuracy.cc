@@ -1,9 +1,11 @@
 #include "engine/worker/accuracy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <utility>
 
 namespace soartune::engine::worker {
@@ -45,18 +47,30 @@ Result<AccuracySet> load_accuracy_set(const AccuracySpec& spec, uint64_t seed, i
     ++lineno;
     if (line.empty()) continue;
     AccuracyItem it;
+    // Token ids must be JSON integers, read at 64 bits and range-checked before they narrow: 2^32 + 5 is not
+    // token 5, and 1.5 is not token 1.
+    std::vector<int64_t> prompt, continuation;
+    auto ids = [](const nlohmann::json& a, const char* key, std::vector<int64_t>* out) {
+      if (!a.is_array()) throw std::invalid_argument(std::string(key) + " is not an array");
+      for (const auto& t : a) {
+        if (!t.is_number_integer()) throw std::invalid_argument(std::string(key) + " holds " + t.dump() + ", not a token id");
+        out->push_back(t.is_number_unsigned() && t.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : t.get<int64_t>());
+      }
+    };
     try {
       const auto j = nlohmann::json::parse(line);
-      it.prompt = j.at("prompt_ids").get<std::vector<int32_t>>();
-      if (j.contains("continuation_ids")) it.continuation = j["continuation_ids"].get<std::vector<int32_t>>();
+      ids(j.at("prompt_ids"), "prompt_ids", &prompt);
+      if (j.contains("continuation_ids")) ids(j["continuation_ids"], "continuation_ids", &continuation);
     } catch (const std::exception& e) {
       return Status::Invalid("accuracy.set: " + spec.set + " line " + std::to_string(lineno) + ": " + e.what());
     }
-    for (const auto* v : {&it.prompt, &it.continuation})
-      for (int32_t t : *v)
+    for (const auto* v : {&prompt, &continuation})
+      for (int64_t t : *v)
         if (t < 0 || t >= vocab)
           return Status::Invalid("accuracy.set: " + spec.set + " line " + std::to_string(lineno) + ": token " + std::to_string(t) +
                                  " outside the model's vocabulary of " + std::to_string(vocab));
+    it.prompt.assign(prompt.begin(), prompt.end());
+    it.continuation.assign(continuation.begin(), continuation.end());
     if (it.prompt.empty()) return Status::Invalid("accuracy.set: " + spec.set + " line " + std::to_string(lineno) + ": empty prompt_ids");
     all_have_cont = all_have_cont && it.continuation.size() >= 1;
     s.items.push_back(std::move(it));

@@ -1,6 +1,14 @@
-// A reference file (reference.read) is read back from disk by another worker: a file whose rows do not match the
-// accuracy set, or whose continuations hold tokens outside the vocabulary, is refused by name, never indexed past
-// its end or fed to the model.
+// What the worker's accuracy pass reads from disk, as untrusted input: the accuracy set (.jsonl, the user's) and
+// a reference file (reference.read, written by another worker). Token ids must be integers inside the
+// vocabulary; a reference whose rows do not match the set, or whose continuations hold tokens outside the
+// vocabulary, is refused by name, never indexed past its end or fed to the model.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "engine/model_loader.h"
@@ -66,6 +74,31 @@ TEST_F(ReferenceOutputsTest, AContinuationTokenOutsideTheVocabularyIsRefused) {
   auto a = evaluate(bad);
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message.find("outside the vocabulary"), std::string::npos) << a.status().message;
+}
+
+// An accuracy set (.jsonl) is user input: token ids must be integers inside the vocabulary, checked before they
+// narrow to 32 bits.
+TEST(AccuracySetFile, TokenIdsAreIntegersInsideTheVocabulary) {
+  const std::string path = ::testing::TempDir() + "soartune-accuracy-set-" + std::to_string(::getpid()) + ".jsonl";
+  auto load = [&](const std::string& line) {
+    std::ofstream(path) << line << "\n";
+    AccuracySpec spec;
+    spec.set = path;
+    spec.samples = 4;
+    return load_accuracy_set(spec, 1, 100);
+  };
+  auto ok = load(R"({"prompt_ids": [1, 2, 3], "continuation_ids": [4, 99]})");
+  ASSERT_TRUE(ok.ok()) << ok.status().message;
+  EXPECT_EQ(ok.value().items.at(0).continuation, (std::vector<int32_t>{4, 99}));
+  for (const char* bad : {R"({"prompt_ids": [1, 4294967301]})",          // 2^32 + 5: not token 5
+                          R"({"prompt_ids": [1, 18446744073709551615]})",  // beyond int64
+                          R"({"prompt_ids": [1.5, 2]})", R"({"prompt_ids": [1, "2"]})", R"({"prompt_ids": 3})",
+                          R"({"prompt_ids": [1], "continuation_ids": [-1]})", R"({"prompt_ids": [100]})"}) {
+    auto r = load(bad);
+    ASSERT_FALSE(r.ok()) << bad << " was accepted";
+    EXPECT_EQ(r.status().message.rfind("accuracy.set: " + path + " line 1: ", 0), 0u) << r.status().message;
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace
