@@ -2,11 +2,11 @@
 // Plain C++ so host code (upload, repack, CPU twins, tests) shares it.
 //
 //   kBf16 / kFp16  w:      [N][K] 16-bit values, row-major
-//   kInt8          w:      [N][K] int8 codes q in [-127, 127], row-major
+//   kInt8          w:      [N][K] int8 codes q in [-128, 127], row-major
 //                  scales: [N][K / group] fp32; W[n][k] = q[n][k] * scales[n][k / group]
 //   kInt4          w:      [N][K / 2] bytes: each 16-byte block holds 32 consecutive k of one row, as four
 //                          32-bit words; word j holds k = 8j .. 8j+7 of the block, element 8j+2i in bits
-//                          4i..4i+3 and element 8j+2i+1 in bits 16+4i..16+4i+3, stored as q + 8 (q in [-7, 7]),
+//                          4i..4i+3 and element 8j+2i+1 in bits 16+4i..16+4i+3, stored as q + 8 (q in [-8, 7]),
 //                          so one mask-and-or turns a word into two bf16 pairs (see gemv.cu)
 //                  scales: [N][K / group] fp32, group in {32, 64, 128, 256} or K (per channel)
 #pragma once
@@ -59,7 +59,7 @@ struct DeviceLinear {
   const float* scales = nullptr;  // device [n][k / group] (quantised only)
 };
 
-// Packs int8 codes q [n][k] (each in [-7, 7]) into the kInt4 layout above: dst has n * k / 2 bytes; k % 32 == 0.
+// Packs int8 codes q [n][k] (each in [-8, 7]) into the kInt4 layout above: dst has n * k / 2 bytes; k % 32 == 0.
 void pack_int4_rows(const int8_t* q, int n, int k, uint8_t* dst);
 // The inverse: code of element (row, col) of a kInt4 matrix.
 int int4_code_at(const uint8_t* packed, int k, int row, int col);
