@@ -15,7 +15,8 @@
 #       sparse_sanitizer, decode,
 #       ncu_decode, ncu_gemv, sass, tables, tables8b, job8b, sala_job, gptq) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
-#       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS).
+#       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS). Steps run in the order
+#       they stand in this file, whatever the order of STEPS; DEADLINE=SECONDS bounds the whole run (below).
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -116,6 +117,25 @@ summary="$OUT/summary.txt"
 [[ -n "${APPEND_SUMMARY:-}" ]] || : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
+# DEADLINE (optional): seconds from this script's start by which every step must have ended. Each step's own
+# time limit is cut to what is left (a step that would get under 5 s is skipped, rc 124), so the steps end by
+# themselves. Use it instead of an outer `timeout`: that would kill this script but not the step's program
+# (timeout runs it in a process group of its own), which would keep the GPU busy while later steps time.
+t_start=$(date +%s)
+step_timeout() {
+  local limit="$1" left
+  shift
+  if [[ -n "${DEADLINE:-}" ]]; then
+    left=$(( DEADLINE - ($(date +%s) - t_start) ))
+    if (( left < 5 )); then
+      echo "DEADLINE ${DEADLINE} s reached: $1 not run" >&2
+      return 124
+    fi
+    (( left < limit )) && limit=$left
+  fi
+  timeout "$limit" "$@"
+}
+
 # The tests a gtest log says failed, as a gtest filter (A.B:C.D); a test that started and never finished (the
 # program crashed or was killed in it) counts as failed. Empty: none.
 failed_tests() {
@@ -127,16 +147,16 @@ failed_tests() {
 # After a GPU test program failed or crashed: its failing tests once more under compute-sanitizer memcheck, so
 # that a call which finds a bug also brings back where memory went wrong (a further call costs a machine start).
 # $1 names the log ($OUT/$1_memcheck.log), $2 the test program, $3 its gtest log. SANITIZE_ON_FAILURE_S bounds
-# it (default 90 s; 0: off).
+# it (default 45 s; 0: off).
 memcheck_failures() {
-  local filter limit="${SANITIZE_ON_FAILURE_S:-90}"
+  local filter limit="${SANITIZE_ON_FAILURE_S:-45}"
   filter="$(failed_tests "$3")"
   [[ -n "$filter" && "$limit" != 0 ]] || return 0
   if ! command -v compute-sanitizer >/dev/null; then
     note "$1: failed $filter; compute-sanitizer not found"
     return 0
   fi
-  SOARTUNE_SHARED_DIR="$bundle/shared" timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 9 \
+  SOARTUNE_SHARED_DIR="$bundle/shared" step_timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 9 \
     --print-limit 20 "$2" --gtest_color=no --gtest_filter="$filter" >"$OUT/$1_memcheck.log" 2>&1
   note "$1: memcheck of the failed tests ($filter): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/$1_memcheck.log" | tail -1)"
   grep -E '^========= (Invalid|Out of|Program hit|Address|    at )' "$OUT/$1_memcheck.log" | head -12 | tee -a "$summary"
@@ -152,7 +172,7 @@ memcheck_failures() {
 note "device: $(sed -n 4p "$OUT/device.txt")"
 
 if want tests; then
-  timeout 150 "$bin/soartune_kernel_gpu_tests" --gtest_color=no >"$OUT/kernel_tests.log" 2>&1
+  step_timeout 150 "$bin/soartune_kernel_gpu_tests" --gtest_color=no >"$OUT/kernel_tests.log" 2>&1
   rc=$?
   note "kernel tests (gpu): rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/kernel_tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure|error' "$OUT/kernel_tests.log" | head -20 | tee -a "$summary"
@@ -161,7 +181,7 @@ fi
 
 if want model; then
   if [[ -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
-    SOARTUNE_SHARED_DIR="$bundle/shared" timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+    SOARTUNE_SHARED_DIR="$bundle/shared" step_timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
       >"$OUT/model_tests.log" 2>&1
     rc=$?
     note "model tests (gpu, tiny-llama-bpe4k): rc=$rc"
@@ -176,11 +196,11 @@ fi
 # model's fp32 reference outputs.
 if want sala; then
   # The RoPE + KV write kernel's NoPE form (the softmax layers') against its twin first.
-  timeout 60 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='RopeKvWrite.*' >"$OUT/sala_rope.log" 2>&1
+  step_timeout 60 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='RopeKvWrite.*' >"$OUT/sala_rope.log" 2>&1
   note "rope/NoPE kernel test (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sala_rope.log" | tr '\n' ' ')"
   memcheck_failures sala_rope "$bin/soartune_kernel_gpu_tests" "$OUT/sala_rope.log"
   if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
-    SOARTUNE_SHARED_DIR="$bundle/shared" timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+    SOARTUNE_SHARED_DIR="$bundle/shared" step_timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no \
       --gtest_filter='CudaSala.*' >"$OUT/sala_tests.log" 2>&1
     rc=$?
     note "sala tests (gpu, tiny-sala): rc=$rc"
@@ -194,7 +214,7 @@ fi
 # synthetic:minicpm-sala-9b beside synthetic:llama3-8b, one invocation (soartune-bench --only sala): decode
 # batch 1 / 8 / 64 (bf16, int4 g128) and 4k / 60k prefill against the H200's datasheet rooflines.
 if want sala_bench; then
-  timeout 330 "$bin/soartune-bench" --only sala --reps "${SALA_REPS:-10}" ${SALA_ARGS:-} \
+  step_timeout 330 "$bin/soartune-bench" --only sala --reps "${SALA_REPS:-10}" ${SALA_ARGS:-} \
     --json "$OUT/sala_bench.jsonl" >"$OUT/sala_bench.txt" 2>&1
   note "soartune-bench --only sala: rc=$?"
   grep -E '^(sala|llama)_|^device|error|failed' "$OUT/sala_bench.txt" | tee -a "$summary"
@@ -206,7 +226,7 @@ fi
 # Bundle with BUNDLE_EXES="soartune_cuda_model_tests soartune-bench" and --with-sala-gz.
 if want sala_sparse; then
   if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
-    SOARTUNE_SHARED_DIR="$bundle/shared" timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+    SOARTUNE_SHARED_DIR="$bundle/shared" step_timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
       --gtest_filter='CudaSalaSparse.*' >"$OUT/sala_sparse_tests.log" 2>&1
     note "sala sparse tests (gpu, tiny-sala): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sala_sparse_tests.log" | tr '\n' ' ')"
     grep -E '^(CUDA|CPU|all blocks|knobs|the selection)|^\[  FAILED|Failure|Expected|Which is|error' \
@@ -215,19 +235,19 @@ if want sala_sparse; then
   else
     note "sala sparse tests: skipped (bundle made without --with-sala-gz)"
   fi
-  timeout 150 "$bin/soartune-bench" --only sala_sparse --reps "${SALA_REPS:-10}" >"$OUT/sala_sparse_bench.txt" 2>&1
+  step_timeout 150 "$bin/soartune-bench" --only sala_sparse --reps "${SALA_REPS:-10}" >"$OUT/sala_sparse_bench.txt" 2>&1
   note "soartune-bench --only sala_sparse: rc=$?"
   grep -E '^(minicpm|step|prefill|decode|sparse attention)|error|failed' "$OUT/sala_sparse_bench.txt" | tee -a "$summary"
 fi
 
 if want bench; then
   # BENCH_ONLY narrows it to one part (decode, prefill, long, variants), to fit a call's time.
-  timeout 300 "$bin/soartune-bench" --only "${BENCH_ONLY:-all}" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
+  step_timeout 300 "$bin/soartune-bench" --only "${BENCH_ONLY:-all}" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
   note "soartune-bench --only ${BENCH_ONLY:-all}: rc=$?"
 fi
 
 if want peer; then
-  PYTHONUNBUFFERED=1 timeout 180 python3 "$here/scripts/torch_peer.py" --json "$OUT/results.jsonl" >>"$OUT/bench.txt" 2>&1
+  PYTHONUNBUFFERED=1 step_timeout 180 python3 "$here/scripts/torch_peer.py" --json "$OUT/results.jsonl" >>"$OUT/bench.txt" 2>&1
   note "torch peer: rc=$?"
 fi
 
@@ -236,7 +256,7 @@ fi
 if want timing; then
   for t in attention_timing_before attention_timing; do
     [[ -x "$bin/$t" ]] || continue
-    timeout 200 "$bin/$t" >"$OUT/$t.txt" 2>&1
+    step_timeout 200 "$bin/$t" >"$OUT/$t.txt" 2>&1
     note "$t: rc=$? ($OUT/$t.txt)"
   done
 fi
@@ -244,12 +264,12 @@ fi
 # A new kernel's GPU tests, then its timing program: $1 names the logs, $2 is the gtest filter, $3 the tests'
 # time limit, $4 what of their log goes into the summary, $5 the timing program (copied whole into the summary).
 kernel_tests_then_timing() {
-  timeout "$3" "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter="$2" >"$OUT/$1_tests.log" 2>&1
+  step_timeout "$3" "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter="$2" >"$OUT/$1_tests.log" 2>&1
   note "$1 tests (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/$1_tests.log" | tr '\n' ' ')"
   grep -E "$4" "$OUT/$1_tests.log" | head -40 | tee -a "$summary"
   memcheck_failures "$1" "$bin/soartune_kernel_gpu_tests" "$OUT/$1_tests.log"
   if [[ -x "$bin/$5" ]]; then
-    timeout 240 "$bin/$5" >"$OUT/$5.txt" 2>&1
+    step_timeout 240 "$bin/$5" >"$OUT/$5.txt" 2>&1
     note "$5: rc=$? ($OUT/$5.txt)"
     tee -a "$summary" <"$OUT/$5.txt"
   else
@@ -270,7 +290,7 @@ fi
 if want sparse_sanitizer; then
   if command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck synccheck; do
-      timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
+      step_timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
         --gtest_color=no --gtest_filter='SparseAttentionGpu.SmallShapesMatchTwin' >"$OUT/sparse_sanitizer_$tool.log" 2>&1
       note "compute-sanitizer $tool on the small sparse attention test: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sparse_sanitizer_$tool.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sparse_sanitizer_$tool.log" | tr '\n' ' ')"
     done
@@ -293,7 +313,7 @@ fi
 if want decode; then
   for v in ${GEMV_VARIANTS:-auto}; do
     f="decode_$v${DECODE_TAG:-}"
-    LD_LIBRARY_PATH="${DECODE_LIB:+$DECODE_LIB:}$LD_LIBRARY_PATH" timeout 200 "${DECODE_BIN:-$bin/soartune-bench}" \
+    LD_LIBRARY_PATH="${DECODE_LIB:+$DECODE_LIB:}$LD_LIBRARY_PATH" step_timeout 200 "${DECODE_BIN:-$bin/soartune-bench}" \
       --only decode --kv bf16 --no-profile --gemv-variant "$v" ${DECODE_ARGS:-} \
       --weights ${DECODE_WEIGHTS:-bf16 int8 int4g128} --json "$OUT/$f.jsonl" >"$OUT/$f.txt" 2>&1
     note "decode, gemv_variant $v ${DECODE_ARGS:-} ${DECODE_TAG:-}: rc=$? $(grep -E '^decode ' "$OUT/$f.txt" | awk '{printf "%s b%s %s (graph %s); ", $2, $4, $6, $NF}')"
@@ -309,7 +329,7 @@ if want ncu_decode; then
         # 9 kernels a layer (norm, qkv, RoPE, attention, combine, o, norm, gate|up with SwiGLU, down) and 4
         # more: skip two steps, take one (any window of n kernels in the steady state holds one step).
         n=${NCU_STEP_KERNELS:-$((9 * 32 + 4))}
-        timeout 240 ncu --clock-control none --cache-control none --kernel-name-base demangled \
+        step_timeout 240 ncu --clock-control none --cache-control none --kernel-name-base demangled \
           --kernel-name 'regex:gemv|rmsnorm|rope|attention|combine|swiglu|argmax|embedding' \
           --launch-skip $((2 * n)) --launch-count $n --metrics gpu__time_duration.sum,dram__bytes_read.sum \
           --csv --print-units base "$bin/soartune-bench" --only decode --weights "$w" --kv bf16 --batches "$b" \
@@ -365,20 +385,20 @@ fi
 # worker is bundled, a gptq trial on the cuda backend (its result must say solver cuda).
 if want gptq; then
   if [[ -x "$bin/soartune_cuda_model_tests" ]]; then
-    timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no --gtest_filter='GptqCuda.*' >"$OUT/gptq_tests.log" 2>&1
+    step_timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no --gtest_filter='GptqCuda.*' >"$OUT/gptq_tests.log" 2>&1
     note "gptq tests (gpu vs cpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/gptq_tests.log" | tr '\n' ' ')"
     grep -E 'codes differ|Failure|^\[  FAILED' "$OUT/gptq_tests.log" | head -24 | tee -a "$summary"
     memcheck_failures gptq "$bin/soartune_cuda_model_tests" "$OUT/gptq_tests.log"
     # GPTQ_SANITIZER=memcheck|racecheck: the exact-Hessian test under compute-sanitizer (the block kernel's shared
     # memory and barriers, the solver's buffers), for a first run of the GPU solver.
     if [[ -n "${GPTQ_SANITIZER:-}" ]] && command -v compute-sanitizer >/dev/null; then
-      timeout 240 compute-sanitizer --tool "$GPTQ_SANITIZER" --error-exitcode 9 "$bin/soartune_cuda_model_tests" --gtest_color=no \
+      step_timeout 240 compute-sanitizer --tool "$GPTQ_SANITIZER" --error-exitcode 9 "$bin/soartune_cuda_model_tests" --gtest_color=no \
         --gtest_filter='GptqCuda.EqualsTheCpuWithExactHessians' >"$OUT/gptq_sanitizer.log" 2>&1
       note "gptq $GPTQ_SANITIZER: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/gptq_sanitizer.log" | tail -1)"
     fi
   fi
   if [[ -x "$bin/soartune-gptq-bench" ]]; then
-    timeout 300 "$bin/soartune-gptq-bench" ${GPTQ_ARGS:-} >"$OUT/gptq_bench.txt" 2>&1
+    step_timeout 300 "$bin/soartune-gptq-bench" ${GPTQ_ARGS:-} >"$OUT/gptq_bench.txt" 2>&1
     note "soartune-gptq-bench ${GPTQ_ARGS:-}: rc=$?"
     grep -vE '^layer ' "$OUT/gptq_bench.txt" | tail -12 | tee -a "$summary"
   fi
@@ -396,7 +416,7 @@ tiers: [1]
 accuracy: {set: synthetic, samples: 4, prompt_len: 32, continuation_len: 16}
 calibration: {samples: 8}
 YAML
-    timeout 120 "$bin/soartune-worker" --trial "$OUT/gptq_trial.yaml" >"$OUT/gptq_worker.json" 2>"$OUT/gptq_worker.log"
+    step_timeout 120 "$bin/soartune-worker" --trial "$OUT/gptq_trial.yaml" >"$OUT/gptq_worker.json" 2>"$OUT/gptq_worker.log"
     note "gptq worker trial (backend cuda): rc=$? $(grep -o '"quantization":{[^}]*}' "$OUT/gptq_worker.json")"
     grep -E 'gptq' "$OUT/gptq_worker.log" | tail -3 | tee -a "$summary"
   fi
@@ -408,7 +428,7 @@ if want sanitizer; then
     # SANITIZER_TOOL picks another tool (racecheck, synccheck, initcheck). By default the sparse attention tests
     # on 16k-25k-token contexts are left out (under memcheck they would take this step's time): their small-shape
     # sibling stands in for them (and runs under every tool in step sparse_sanitizer).
-    timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool "${SANITIZER_TOOL:-memcheck}" --error-exitcode 9 \
+    step_timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool "${SANITIZER_TOOL:-memcheck}" --error-exitcode 9 \
       "$bin/soartune_kernel_gpu_tests" --gtest_color=no \
       --gtest_filter="${SANITIZER_FILTER:--SparseAttentionGpu.Decode*:SparseAttentionGpu.Prefill*}" >"$OUT/sanitizer.log" 2>&1
     rc=$?
@@ -436,7 +456,7 @@ tiers: [1, 8, 0]
 accuracy: {set: synthetic, samples: 8, prompt_len: 32, continuation_len: 16}
 YAML
       echo "== soartune-worker --trial (backend cuda)"
-      timeout 120 "$bin/soartune-worker" --trial "$OUT/trial.yaml"
+      step_timeout 120 "$bin/soartune-worker" --trial "$OUT/trial.yaml"
       echo "worker rc=$?"
     else
       echo "soartune-worker not in the bundle"
@@ -473,10 +493,10 @@ space:
   weight_bits: {type: choice, values: [16, 8, 4]}
   kv_cache_dtype: {type: choice, values: [bf16, fp8_e4m3]}
 YAML
-      job="$(timeout 30 "$bin/soartune" --addr 127.0.0.1:$port submit "$work/job.yaml" 2>&1 | tail -1)"
+      job="$(step_timeout 30 "$bin/soartune" --addr 127.0.0.1:$port submit "$work/job.yaml" 2>&1 | tail -1)"
       echo "submitted: $job"
-      timeout 200 "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -5
-      timeout 30 "$bin/soartune" --addr 127.0.0.1:$port trials "$job" 2>&1 | tail -8
+      step_timeout 200 "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -5
+      step_timeout 30 "$bin/soartune" --addr 127.0.0.1:$port trials "$job" 2>&1 | tail -8
       kill "$dpid" 2>/dev/null
       wait "$dpid" 2>/dev/null
       tail -20 "$work/daemon.log"
@@ -495,7 +515,7 @@ fi
 record_table() {
   local step="$1" setup="$2" table="$OUT/$3" deadline="${TABLE_DEADLINE:-200}" t0 rows
   t0=$(date +%s)
-  PYTHONUNBUFFERED=1 timeout $((deadline + 150)) python3 "$here/search/bench/data/run_tiny_fidelity_grid.py" "$bundle" \
+  PYTHONUNBUFFERED=1 step_timeout $((deadline + 150)) python3 "$here/search/bench/data/run_tiny_fidelity_grid.py" "$bundle" \
     --backend "$setup" --model "$bundle/shared/models/tiny-llama-bpe4k" --repeats "${TABLE_REPEATS:-2}" \
     --deadline "$deadline" ${TABLE_ARGS:-} >"$table" 2>"$OUT/$step.log"
   note "$step: rc=$? in $(( $(date +%s) - t0 )) s, $(($(wc -l <"$table") - 1)) rows; $(tail -1 "$OUT/$step.log")"
@@ -504,16 +524,16 @@ record_table() {
     return
   fi
   rows=$(($(wc -l <"$table") - 1))
-  { timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows"
-    timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows" \
+  { step_timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows"
+    step_timeout 60 "$bin/bo_bench" --landscape fidelity --fidelity-table "$table" --seeds 20 --budget "$rows" \
       --levels 0.333333,1; } >"$OUT/${step}_bo_bench_fidelity.txt" 2>&1
   note "$step bo_bench fidelity: $(grep -E 'bayes / mf-bayes' "$OUT/${step}_bo_bench_fidelity.txt" | tr '\n' ' ')"
-  timeout 90 "$bin/bo_bench" --landscape replay --replay-table "$table" --seeds 20 --budget 100 \
+  step_timeout 90 "$bin/bo_bench" --landscape replay --replay-table "$table" --seeds 20 --budget 100 \
     --random-budget 1000 >"$OUT/${step}_bo_bench_replay.txt" 2>&1
   note "$step bo_bench replay: $(grep -E 'random / bayes' "$OUT/${step}_bo_bench_replay.txt")"
   "$bin/bo_bench" --landscape replay --replay-table "$table" --export-landscape "$OUT/${step}_replay_landscape.csv" \
     >>"$OUT/${step}_bo_bench_replay.txt" 2>&1
-  PYTHONUNBUFFERED=1 timeout 80 python3 "$here/scripts/botorch_peer.py" "$OUT/${step}_replay_landscape.csv" --no-noise \
+  PYTHONUNBUFFERED=1 step_timeout 80 python3 "$here/scripts/botorch_peer.py" "$OUT/${step}_replay_landscape.csv" --no-noise \
     --seeds 15 --budget 60 --procs 16 --deadline 60 --json "$OUT/${step}_botorch_replay.json" \
     >"$OUT/${step}_botorch_replay.txt" 2>&1
   note "$step botorch peer (replay): rc=$? $(grep -E '"median_trials"|"unfinished"' "$OUT/${step}_botorch_replay.txt" | tr -d ' \n')"
@@ -556,7 +576,7 @@ YAML
   dpid=$!
   sleep 2
 }
-cli() { timeout 30 "$bin/soartune" --addr 127.0.0.1:$port "$@"; }
+cli() { step_timeout 30 "$bin/soartune" --addr 127.0.0.1:$port "$@"; }
 stop_job_daemon() { kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; }
 
 # The 8B shape through soartuned (issue 21): configs/jobs/h200-llama3-8b-mf.yaml (multi-fidelity, accuracy on the
@@ -569,7 +589,7 @@ if want job8b; then
     t0=$(date +%s.%N)
     job="$(cli submit "${JOB8B_SPEC:-$here/configs/jobs/h200-llama3-8b-mf.yaml}" 2>&1 | tail -1)"
     echo "submitted: $job"
-    timeout "${JOB8B_TIMEOUT:-250}" "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -30
+    step_timeout "${JOB8B_TIMEOUT:-250}" "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -30
     echo "watch rc=${PIPESTATUS[0]}"
     echo "job wall time: $(python3 -c "import sys; print(round($(date +%s.%N) - $t0, 1))") s"
     echo "== jobs"; cli jobs
@@ -607,7 +627,7 @@ if want sala_job; then
     t0=$(date +%s.%N)
     job="$(cli submit "${SALA_JOB_SPEC:-$here/configs/jobs/h200-minicpm-sala-9b.yaml}" 2>&1 | tail -1)"
     echo "submitted: $job"
-    timeout "${SALA_JOB_TIMEOUT:-230}" "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -30
+    step_timeout "${SALA_JOB_TIMEOUT:-230}" "$bin/soartune" --addr 127.0.0.1:$port watch "$job" 2>&1 | tail -30
     echo "watch rc=${PIPESTATUS[0]}"
     echo "job wall time: $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
     echo "== status"; cli status "$job"

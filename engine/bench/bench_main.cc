@@ -382,13 +382,31 @@ double linear_macs_per_token(const st::engine::ModelConfig& c) {
   return macs;
 }
 
+// A row against the H200's fixed rates (roofline_h200: comparable between calls), with the same bound on this
+// card's measured ceilings appended to its detail: on another card (an H100) the fixed rates overstate the gap.
+void emit_sala(Row r, const Ceilings& ceil) {
+  const Row here = roofline(r, ceil);
+  char d[96];
+  std::snprintf(d, sizeof d, "; on this card's measured ceilings: bound %.3f ms, gap %.2fx", here.roofline_ms,
+                r.ms / here.roofline_ms);
+  r.detail += d;
+  emit(roofline_h200(r));
+}
+
 // --only sala: MiniCPM-SALA at its release shapes beside Llama-3-8B, one call, the same engine.
-//   decode (ctx 512, bf16 KV, CUDA graphs) at batch 1, 8, 64, bf16 and int4 g128 weights:
+//   decode (ctx 512, bf16 KV, CUDA graphs) at batch 1, 8, 64, bf16 and int4 g128 weights (SALA also bf16
+//   weights with the lightning state in bf16, the `lightning_state_dtype` knob, kv column "bf16/st16"):
 //     bound = (weight bytes + lightning state bytes read and written + KV bytes read) / 4.29e12 B/s
 //   prefill of one 4k-token prompt (and 60k for SALA; softmax layers dense, as the CUDA backend runs them):
 //     bound = GEMM FLOPs (2 * tokens * linear MACs + lm_head's row) / 790e12 FLOP/s
-void bench_sala(int reps, bool no_profile, const std::string& gemv_variant) {
-  const std::vector<Format> fmts = {{"bf16", kn::WeightFormat::kBf16, 0}, {"int4g128", kn::WeightFormat::kInt4, 128}};
+void bench_sala(int reps, bool no_profile, const std::string& gemv_variant, const Ceilings& ceil) {
+  struct SalaFormat {
+    Format f;
+    kn::LightningStateDtype state = kn::LightningStateDtype::kFp32;
+  };
+  const std::vector<SalaFormat> fmts = {{{"bf16", kn::WeightFormat::kBf16, 0}},
+                                        {{"int4g128", kn::WeightFormat::kInt4, 128}},
+                                        {{"bf16", kn::WeightFormat::kBf16, 0}, kn::LightningStateDtype::kBf16}};
   for (const std::string preset : {"minicpm-sala-9b", "llama3-8b"}) {
     auto cr = st::engine::synthetic_config(preset);
     check(cr.status(), "synthetic_config");
@@ -397,7 +415,10 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant) {
     const std::string tag = sala ? "sala" : "llama";
     // KV bytes a decode token reads per context position: softmax layers only.
     const double kv_per_pos = double(cfg.softmax_layers()) * 2 * cfg.kv_dim() * 2;
-    for (const Format& fm : fmts) {
+    for (const SalaFormat& sf : fmts) {
+      const Format& fm = sf.f;
+      const bool bf16_state = sf.state == kn::LightningStateDtype::kBf16;
+      if (bf16_state && !sala) continue;   // no lightning state to store in bf16
       {
         const int ctx = 512, max_b = 64;
         auto m = std::make_unique<st::engine::cuda::CudaModel>();
@@ -410,6 +431,7 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant) {
         o.max_context = ctx;
         o.cuda_graph_max_bs = max_b;
         o.gemv_variant = gemv_variant;
+        o.lightning_state_dtype = sf.state;
         check(m->prepare(o), "prepare decode");
         check(eb::fill_kv_random(*m, 11), "fill kv");
         const double wbytes = double(m->weight_bytes());
@@ -418,11 +440,11 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant) {
           Row r;
           r.what = tag + "_dec";
           r.weights = fm.name;
-          r.kv = "bf16";
+          r.kv = bf16_state ? "bf16/st16" : "bf16";
           r.batch = b;
           r.context = ctx;
           r.ms = time_decode(*m, b, ctx, reps,
-                             no_profile ? std::string() : tag + " decode " + fm.name + " b" + std::to_string(b),
+                             no_profile ? std::string() : tag + " decode " + fm.name + " " + r.kv + " b" + std::to_string(b),
                              &r.graph_ms);
           const double state_rw = 2.0 * b * state_slot, kv = double(b) * ctx * kv_per_pos;
           r.bytes = wbytes + state_rw + kv;
@@ -431,9 +453,10 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant) {
           std::snprintf(d, sizeof d, "weights %.2f GB + state r+w %.3f GB + kv %.3f GB", wbytes / 1e9, state_rw / 1e9,
                         kv / 1e9);
           r.detail = d;
-          emit(roofline_h200(r));
+          emit_sala(r, ceil);
         }
       }
+      if (bf16_state) continue;   // prefill rows: once, with the fp32 state
       for (int len : sala ? std::vector<int>{4096, 60000} : std::vector<int>{4096}) {
         auto m = std::make_unique<st::engine::cuda::CudaModel>();
         check(m->init(0), "init");
@@ -460,7 +483,7 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant) {
         std::snprintf(d, sizeof d, "GEMM %.1f TFLOP; dense softmax attention %.1f TFLOP more (not in the bound)",
                       r.flops / 1e12, attn / 1e12);
         r.detail = d;
-        emit(roofline_h200(r));
+        emit_sala(r, ceil);
       }
     }
   }
@@ -567,7 +590,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only == "sala") {  // both models, whatever --model says (bench_sala)
-    bench_sala(reps, no_profile, gemv_variant);
+    bench_sala(reps, no_profile, gemv_variant, ceil);
     return 0;
   }
 
