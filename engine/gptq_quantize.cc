@@ -22,11 +22,10 @@ MatF weight_f32(const QuantizedLinear& l) {
   return w;
 }
 
-MatF linear(const MatF& x, const QuantizedLinear& l) {
-  MatF y = x * weight_f32(l).transpose();
-  if (!l.bias.empty())
-    for (int o = 0; o < l.out; ++o) y.col(o).array() += l.bias[static_cast<std::size_t>(o)];
-  return y;
+// y = x W^T (+ bias) through the solver's forward.
+Status linear(GptqSolver& solver, const MatF& x, const QuantizedLinear& l, MatF* y) {
+  y->resize(x.rows(), l.out);
+  return solver.forward(x.data(), static_cast<int>(x.rows()), l, y->data());
 }
 
 MatF rms_norm(const MatF& x, const std::vector<float>& g, float eps) {
@@ -126,6 +125,17 @@ Status quantize_group(GptqSolver& solver, const std::string& where, const MatF& 
 }  // namespace
 
 std::unique_ptr<GptqSolver> make_cpu_gptq_solver() { return std::make_unique<CpuGptqSolver>(); }
+
+Status GptqSolver::forward(const float* x, int tokens, const QuantizedLinear& l, float* y) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Eigen::Map<MatF> out(y, tokens, l.out);
+  out.noalias() = Eigen::Map<const MatF>(x, tokens, l.in) * weight_f32(l).transpose();
+  if (!l.bias.empty())
+    for (int o = 0; o < l.out; ++o) out.col(o).array() += l.bias[static_cast<std::size_t>(o)];
+  seconds_.forward += seconds_since(t0);
+  ++seconds_.forwards;
+  return Status::Ok();
+}
 
 Status gptq_quantize_linear(QuantizedLinear& l, int bits, int group_size, std::vector<double> hessian_in, const GptqOptions& options,
                             GptqStageSeconds* seconds) {
@@ -242,20 +252,24 @@ Status gptq_quantize_model(ModelWeights& w, const LaunchConfig& launch, const st
     const std::string at = "layer " + std::to_string(i);
     const MatF xa = rms_norm(h, l.attn_norm, c.rms_eps);
     if (Status s = quantize_group(solver, at + " q/k/v", xa, {{&l.wq, ab}, {&l.wk, ab}, {&l.wv, ab}}, g, options); !s.ok()) return s;
-    MatF q = linear(xa, l.wq), k = linear(xa, l.wk);
-    const MatF v = linear(xa, l.wv);
+    MatF q, k, v, o, gate, up, down;
+    for (auto [y, lin] : {std::pair{&q, &l.wq}, {&k, &l.wk}, {&v, &l.wv}})
+      if (Status s = linear(solver, xa, *lin, y); !s.ok()) return s;
     rope(q, pos, c.head_dim, c.rope_theta);
     rope(k, pos, c.head_dim, c.rope_theta);
     const MatF ao = attention(q, k, v, c, seqs);
     if (Status s = quantize_group(solver, at + " o_proj", ao, {{&l.wo, ab}}, g, options); !s.ok()) return s;
-    h += linear(ao, l.wo);
+    if (Status s = linear(solver, ao, l.wo, &o); !s.ok()) return s;
+    h += o;
     const MatF xm = rms_norm(h, l.mlp_norm, c.rms_eps);
     if (Status s = quantize_group(solver, at + " gate/up", xm, {{&l.w_gate, mb}, {&l.w_up, mb}}, g, options); !s.ok()) return s;
-    const MatF gate = linear(xm, l.w_gate), up = linear(xm, l.w_up);
+    for (auto [y, lin] : {std::pair{&gate, &l.w_gate}, {&up, &l.w_up}})
+      if (Status s = linear(solver, xm, *lin, y); !s.ok()) return s;
     MatF act(gate.rows(), gate.cols());
     act.array() = gate.array() / (1.f + (-gate.array()).exp()) * up.array();
     if (Status s = quantize_group(solver, at + " down_proj", act, {{&l.w_down, mb}}, g, options); !s.ok()) return s;
-    h += linear(act, l.w_down);
+    if (Status s = linear(solver, act, l.w_down, &down); !s.ok()) return s;
+    h += down;
   }
   if (launch.lm_head_bits < 16) {
     const MatF xf = rms_norm(h, w.final_norm, c.rms_eps);

@@ -7,7 +7,9 @@
 // sweep goes in input order, so the checkpoint is desc_act false with g_idx = i / group_size.
 // Layers are quantised in order: each linear's inputs X come from a forward pass of the calibration tokens
 // through the layers already quantised (q/k/v, then o_proj, then gate/up, then down_proj, then the lm_head when
-// lm_head_bits quantises it). Llama-family models only (the CPU forward here has no lightning layers).
+// lm_head_bits quantises it). The forward's products X W^T go through the solver (GptqSolver::forward: Eigen on
+// the CPU, cuBLAS fp32 on the GPU); norms, RoPE, attention and SiLU run on the CPU. Llama-family models only (the
+// forward here has no lightning layers).
 #pragma once
 
 #include <cstdint>
@@ -28,10 +30,13 @@ struct GptqOptions {
 };
 
 // Where a solver's time went, summed over its calls (seconds): the Hessians from the activations, the Cholesky
-// factor of each damped inverse Hessian, the column sweeps, and (GPU) host <-> device copies.
+// factor of each damped inverse Hessian, the column sweeps, (GPU) host <-> device copies, and the forward pass's
+// products between layers (copies included).
 struct GptqStageSeconds {
   double hessian = 0, cholesky = 0, columns = 0, transfer = 0;
   int hessians = 0, linears = 0;
+  double forward = 0;
+  int forwards = 0;
 };
 
 // One linear to quantise and its width (4 or 8; already checked by check_quantizable).
@@ -51,6 +56,11 @@ class GptqSolver {
   // x: [tokens][in] row-major fp32, the common input of every linear in `linears`.
   virtual Status quantize_group(const float* x, int tokens, int in, std::span<const GptqLinear> linears, int group_size,
                                 const GptqOptions& options) = 0;
+  // y [tokens][l.out] row-major = x [tokens][l.in] W^T (+ bias), W as the backends compute with it (quantised
+  // codes times their scales, or the 16-bit values, in fp32): the calibration forward's products. This one is the
+  // reference (Eigen, one thread); the GPU solver's runs on cuBLAS in fp32 (no TF32), so a large model's forward
+  // takes seconds instead of the CPU's minutes, its sums in another order.
+  virtual Status forward(const float* x, int tokens, const QuantizedLinear& l, float* y);
   const GptqStageSeconds& seconds() const { return seconds_; }
 
  protected:
@@ -65,8 +75,8 @@ std::unique_ptr<GptqSolver> make_cpu_gptq_solver();
 Result<std::unique_ptr<GptqSolver>> make_cuda_gptq_solver(int device_index = 0);
 
 // Quantises `w` (16-bit) under `launch` (bits per projection as quantize_model) with calibration sequences;
-// `solver` null: the CPU one. The forward pass between layers runs on the CPU either way. Calibration without
-// tokens, or activations that are not finite, are refused (kInvalidArgument) before any solver sees them.
+// `solver` null: the CPU one, which also runs the forward pass's products (GptqSolver::forward). Calibration
+// without tokens, or activations that are not finite, are refused (kInvalidArgument) before any solver sees them.
 Status gptq_quantize_model(ModelWeights& w, const LaunchConfig& launch, const std::vector<std::vector<int32_t>>& calibration,
                            const GptqOptions& options = {}, GptqSolver* solver = nullptr);
 

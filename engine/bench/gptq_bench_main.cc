@@ -91,8 +91,21 @@ double run_group(GptqSolver& solver, const Group& g, int tokens, int bits, int g
 }
 
 void print_stages(const char* who, const GptqStageSeconds& s, double wall) {
-  std::printf("%-4s %3d hessians %8.3f s | cholesky %8.3f s | columns %8.3f s (%d linears) | copies %7.3f s | wall %8.3f s\n",
-              who, s.hessians, s.hessian, s.cholesky, s.columns, s.linears, s.transfer, wall);
+  std::printf("%-4s %3d hessians %8.3f s | cholesky %8.3f s | columns %8.3f s (%d linears) | copies %7.3f s | "
+              "forward %7.3f s (%d products) | wall %8.3f s\n",
+              who, s.hessians, s.hessian, s.cholesky, s.columns, s.linears, s.transfer, s.forward, s.forwards, wall);
+}
+
+// The calibration forward's products through each quantised linear of a group (what gptq_quantize_model runs
+// between layers); returns their wall seconds.
+double run_forward(GptqSolver& solver, const Group& g, int tokens, const std::vector<QuantizedLinear>& quantised) {
+  std::vector<float> y;
+  const auto t = std::chrono::steady_clock::now();
+  for (const QuantizedLinear& l : quantised) {
+    y.resize(static_cast<std::size_t>(tokens) * l.out);
+    check(solver.forward(g.x->data(), tokens, l, y.data()), (g.name + " forward").c_str());
+  }
+  return seconds_since(t);
 }
 
 int run(int argc, char** argv) {
@@ -157,7 +170,7 @@ int run(int argc, char** argv) {
     for (const Group& g : groups) {
       const GptqStageSeconds before = gpu.seconds();
       const double s = run_group(gpu, g, tokens, bits, group_size, out);
-      gpu_wall += s;
+      gpu_wall += s + run_forward(gpu, g, tokens, out);
       // The group beside the CPU is timed warm, in the last layer: layer 0's first calls also pay for the cuBLAS
       // and cuSOLVER start-up, the kernels' loading and the solver's device buffers. Every layer has the same
       // weights and activations, so the codes are layer 0's too.
@@ -175,7 +188,8 @@ int run(int argc, char** argv) {
     }
   }
   if (lm_head) gpu_wall += run_group(gpu, {"lm_head", {&head}, &x_hidden, c.hidden}, tokens, bits, group_size, out);
-  std::printf("\nGPU solver, every linear of %d layers%s:\n", layers, lm_head ? " and the lm_head" : "");
+  std::printf("\nGPU solver, every linear of %d layers%s, with the calibration forward's products:\n", layers,
+              lm_head ? " and the lm_head" : "");
   print_stages("gpu", gpu.seconds(), gpu_wall);
 
   auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.name == cpu_group; });

@@ -7,7 +7,9 @@
 // and per linear: static group scales from the 16-bit weights (the group maxima on the device, quant_scale on
 // the host, so the scales are the CPU's to the bit), then the column sweep in blocks of kGptqBlock (the block
 // kernel) with one DGEMM per block for the columns after it. The codes equal the CPU's but at rounding ties
-// (tests/kernels/gptq_cuda_gpu_test.cc).
+// (tests/kernels/gptq_cuda_gpu_test.cc). The calibration forward's products between layers (forward) are one
+// fp32 SGEMM each, W dequantised on the host's cores: at the 8B shape about a TFLOP a layer, minutes on one CPU
+// core.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cusolverDn.h>
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/cuda/cuda_model.h"
@@ -106,6 +109,42 @@ class CudaGptqSolver final : public GptqSolver {
   }
 
   std::string name() const override { return "cuda"; }
+
+  Status forward(const float* x, int tokens, const QuantizedLinear& l, float* y) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    GPTQ_KERNEL_TRY(cudaSetDevice(device_));
+    const std::size_t wn = static_cast<std::size_t>(l.out) * l.in, xn = static_cast<std::size_t>(tokens) * l.in,
+                      yn = static_cast<std::size_t>(tokens) * l.out;
+    // W in fp32 as the CPU forward takes it (dequantize_rows), rows split over the host's cores: every element is
+    // computed alone, so the split does not change a value.
+    host_w_.resize(wn);
+    {
+      const int parts = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+      const int per = (l.out + parts - 1) / parts;
+      std::vector<std::thread> threads;
+      for (int r0 = 0; r0 < l.out; r0 += per)
+        threads.emplace_back([&, r0] { dequantize_rows(l, r0, std::min(per, l.out - r0), host_w_.data() + static_cast<std::size_t>(r0) * l.in); });
+      for (std::thread& t : threads) t.join();
+    }
+    GPTQ_STATUS_TRY(fw_.ensure(wn * sizeof(float)));
+    GPTQ_STATUS_TRY(fx_.ensure(xn * sizeof(float)));
+    GPTQ_STATUS_TRY(fy_.ensure(yn * sizeof(float)));
+    GPTQ_KERNEL_TRY(cudaMemcpyAsync(fw_.as<float>(), host_w_.data(), wn * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    GPTQ_KERNEL_TRY(cudaMemcpyAsync(fx_.as<float>(), x, xn * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    // Row-major Y [tokens][out] = X [tokens][in] W^T is, column-major, Y^T [out][tokens] = W [out][in] X^T: W's
+    // row-major bytes are W^T column-major (ld in), hence op T; X's are X^T column-major (ld in).
+    const float one = 1.f, zero = 0.f;
+    GPTQ_CUBLAS_TRY(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, l.out, tokens, l.in, &one, fw_.as<float>(), l.in,
+                                fx_.as<float>(), l.in, &zero, fy_.as<float>(), l.out));
+    GPTQ_KERNEL_TRY(cudaMemcpyAsync(y, fy_.as<float>(), yn * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    GPTQ_KERNEL_TRY(cudaStreamSynchronize(stream_));
+    if (!l.bias.empty())
+      for (std::size_t t = 0; t < static_cast<std::size_t>(tokens); ++t)
+        for (int o = 0; o < l.out; ++o) y[t * l.out + o] += l.bias[static_cast<std::size_t>(o)];
+    seconds_.forward += seconds_since(t0);
+    ++seconds_.forwards;
+    return Status::Ok();
+  }
 
   Status quantize_group(const float* x, int tokens, int in, std::span<const GptqLinear> linears, int group_size,
                         const GptqOptions& options) override {
@@ -251,6 +290,8 @@ class CudaGptqSolver final : public GptqSolver {
   cusolverDnHandle_t solver_ = nullptr;
   DeviceBuffer x_, h32_, h_, dead_, info_, work_;   // per group
   DeviceBuffer w16_, w_, codes_, err_, scales_;      // per linear
+  DeviceBuffer fw_, fx_, fy_;                        // forward: W, X, Y in fp32
+  std::vector<float> host_w_;
 };
 
 }  // namespace

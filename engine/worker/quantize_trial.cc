@@ -125,8 +125,9 @@ Result<QuantizeReport> quantize_for_trial(ModelWeights& w, const TrialSpec& t, c
   r.solver = solver->name();
   if (Status s = gptq_quantize_model(w, t.launch, rows.value().sequences, options, solver.get()); !s.ok()) return s;
   const GptqStageSeconds& st = solver->seconds();
-  spdlog::info("gptq on the {}: {} linears, hessians {:.2f} s, cholesky {:.2f} s, columns {:.2f} s, copies {:.2f} s", r.solver,
-               st.linears, st.hessian, st.cholesky, st.columns, st.transfer);
+  spdlog::info("gptq on the {}: {} linears, hessians {:.2f} s, cholesky {:.2f} s, columns {:.2f} s, copies {:.2f} s, "
+               "forward {:.2f} s ({} products)", r.solver, st.linears, st.hessian, st.cholesky, st.columns, st.transfer,
+               st.forward, st.forwards);
   if (!dir.empty()) {
     if (Status s = save_quantized(w, r.cache_file, key); !s.ok()) spdlog::warn("gptq: not cached: {}", s.message);
   }

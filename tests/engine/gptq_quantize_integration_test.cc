@@ -135,6 +135,7 @@ TEST(GptqModel, TheCpuSolverIsTheDefaultAndCountsItsStages) {
   const int layers = static_cast<int>(a.layers.size());
   EXPECT_EQ(cpu->seconds().linears, 7 * layers);    // q, k, v, o, gate, up, down
   EXPECT_EQ(cpu->seconds().hessians, 4 * layers);   // one per input: q/k/v, o, gate/up, down
+  EXPECT_EQ(cpu->seconds().forwards, 7 * layers);   // each linear's product, after it is quantised
   EXPECT_GT(cpu->seconds().cholesky, 0.0);
   for (int i = 0; i < layers; ++i) {
     EXPECT_EQ(a.layers[i].wq.q, b.layers[i].wq.q);

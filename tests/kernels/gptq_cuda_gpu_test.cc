@@ -149,6 +149,39 @@ TEST(GptqCuda, MatchesTheCpuOnCorrelatedInputs) {
   }
 }
 
+// The calibration forward's product on the GPU (cuBLAS fp32) against the CPU's (Eigen): a 16-bit linear with a
+// bias and the same linear quantised (4-bit codes, group 64), uneven sizes, the same values but for the order of
+// the sums (relative to the largest output; fp32 over k = 320 terms). Integer activations against integer-valued
+// weights are exact in any order: there the two are equal to the bit.
+TEST(GptqCuda, ForwardProductMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA(gpu);
+  std::mt19937 rng(9);
+  auto cpu = make_cpu_gptq_solver();
+  QuantizedLinear l = random_linear(200, 320, Dtype16::kBF16, rng);
+  for (int o = 0; o < l.out; ++o) l.bias.push_back(0.01f * static_cast<float>(o % 7));
+  QuantizedLinear q = l;
+  ASSERT_TRUE(quantize_linear(q, 4, 64).ok());
+  const MatF x = correlated_activations(37, 320, rng);
+  for (const QuantizedLinear* w : {&l, &q}) {
+    MatF a(x.rows(), w->out), b(x.rows(), w->out);
+    ASSERT_TRUE(cpu->forward(x.data(), static_cast<int>(x.rows()), *w, a.data()).ok());
+    const Status s = gpu->forward(x.data(), static_cast<int>(x.rows()), *w, b.data());
+    ASSERT_TRUE(s.ok()) << s.message;
+    const double scale = a.cwiseAbs().maxCoeff(), diff = (a - b).cwiseAbs().maxCoeff();
+    std::printf("forward %d x %d (%d-bit): max |cpu - gpu| %.3g of max |y| %.3g\n", w->out, w->in, w->bits, diff, scale);
+    EXPECT_LE(diff, 1e-5 * scale);
+  }
+  QuantizedLinear ints = l;
+  ints.bias.clear();
+  for (std::size_t k = 0; k < ints.w16.size(); ++k) ints.w16[k] = kernels::f32_to_bf16(static_cast<float>(static_cast<int>(k % 5) - 2));
+  const MatF xi = integer_activations(64, 320, rng);
+  MatF a(xi.rows(), ints.out), b(xi.rows(), ints.out);
+  ASSERT_TRUE(cpu->forward(xi.data(), 64, ints, a.data()).ok());
+  ASSERT_TRUE(gpu->forward(xi.data(), 64, ints, b.data()).ok());
+  EXPECT_TRUE(a == b) << "max diff " << (a - b).cwiseAbs().maxCoeff();
+  EXPECT_EQ(gpu->seconds().forwards, 3);
+}
+
 // Runs the CPU solver on copies of each group's linears beside the solver under test, on the same inputs, and
 // records how far the two agree per linear.
 class BesideTheCpu final : public GptqSolver {
@@ -161,6 +194,10 @@ class BesideTheCpu final : public GptqSolver {
 
   explicit BesideTheCpu(GptqSolver& solver) : solver_(solver) {}
   std::string name() const override { return solver_.name(); }
+  // The forward's products on the solver under test too (the worker's path).
+  Status forward(const float* x, int tokens, const QuantizedLinear& l, float* y) override {
+    return solver_.forward(x, tokens, l, y);
+  }
   Status quantize_group(const float* x, int tokens, int in, std::span<const GptqLinear> linears, int group_size,
                         const GptqOptions& options) override {
     std::vector<QuantizedLinear> copies;
@@ -213,6 +250,7 @@ TEST(GptqCuda, QuantisesAModelAsTheCpuDoes) {
   EXPECT_EQ(beside.name(), "cuda");
   EXPECT_EQ(gpu->seconds().linears, 7 * static_cast<int>(a.layers.size()));
   EXPECT_EQ(gpu->seconds().hessians, 4 * static_cast<int>(a.layers.size()));
+  EXPECT_EQ(gpu->seconds().forwards, 7 * static_cast<int>(a.layers.size()));
   ASSERT_EQ(beside.seen.size(), 7 * a.layers.size());
   double worst = 0;
   for (std::size_t i = 0; i < beside.seen.size(); ++i) {
