@@ -419,6 +419,14 @@ YAML
     step_timeout 120 "$bin/soartune-worker" --trial "$OUT/gptq_trial.yaml" >"$OUT/gptq_worker.json" 2>"$OUT/gptq_worker.log"
     note "gptq worker trial (backend cuda): rc=$? $(grep -o '"quantization":{[^}]*}' "$OUT/gptq_worker.json")"
     grep -E 'gptq' "$OUT/gptq_worker.log" | tail -3 | tee -a "$summary"
+    # The 8B shape end to end through the worker (issue 19's quantisation time): W4 g128 GPTQ of every linear of
+    # synthetic:llama3-8b with the job default's 48 calibration rows (48 tokens each), the calibration forward
+    # included; the result's quantization.seconds and timings_s say where the time went.
+    sed -e 's/synthetic:tiny/synthetic:llama3-8b/' -e 's/weight_group_size: 64/weight_group_size: 128/' \
+      -e 's/calibration: {samples: 8}/calibration: {samples: 48}/' "$OUT/gptq_trial.yaml" >"$OUT/gptq_trial_8b.yaml"
+    step_timeout 240 "$bin/soartune-worker" --trial "$OUT/gptq_trial_8b.yaml" >"$OUT/gptq_worker_8b.json" 2>"$OUT/gptq_worker_8b.log"
+    note "gptq worker trial, llama3-8b W4 g128, 48 calibration rows (backend cuda): rc=$? $(grep -o '"quantization":{[^}]*}' "$OUT/gptq_worker_8b.json") $(grep -o '"timings_s":{[^}]*}' "$OUT/gptq_worker_8b.json")"
+    grep -E 'gptq' "$OUT/gptq_worker_8b.log" | tail -3 | tee -a "$summary"
   fi
 fi
 
