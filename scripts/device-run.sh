@@ -179,17 +179,23 @@ if want tests; then
   memcheck_failures kernel_tests "$bin/soartune_kernel_gpu_tests" "$OUT/kernel_tests.log"
 fi
 
-if want model; then
-  if [[ -d "$bundle/shared/models/tiny-llama-bpe4k" ]]; then
-    SOARTUNE_SHARED_DIR="$bundle/shared" step_timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
-      >"$OUT/model_tests.log" 2>&1
-    rc=$?
-    note "model tests (gpu, tiny-llama-bpe4k): rc=$rc"
-    grep -E 'agreement|greedy|continuations|^\[  (PASSED|FAILED)|Failure' "$OUT/model_tests.log" | tail -14 | tee -a "$summary"
-    memcheck_failures model_tests "$bin/soartune_cuda_model_tests" "$OUT/model_tests.log"
-  else
-    note "model tests: skipped (bundle made without --with-model)"
+# One gtest filter of soartune_cuda_model_tests: $1 names its log ($OUT/$1.log) and summary line, $2 the model it
+# needs under the bundle's shared/models ("" none; the bundle options --with-model* / --with-sala-gz add them), $3
+# the filter, $4 its time limit, $5 what of the log goes into the summary; failed tests are then memchecked.
+model_tests() {
+  if [[ -n "$2" && ! -d "$bundle/shared/models/$2" ]]; then
+    note "$1: skipped (the bundle holds no shared/models/$2)"
+    return
   fi
+  SOARTUNE_SHARED_DIR="$bundle/shared" step_timeout "$4" "$bin/soartune_cuda_model_tests" --gtest_color=no \
+    --gtest_filter="$3" >"$OUT/$1.log" 2>&1
+  note "$1 (gpu${2:+, $2}): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/$1.log" | tr '\n' ' ')"
+  grep -E "$5" "$OUT/$1.log" | head -40 | tee -a "$summary"
+  memcheck_failures "$1" "$bin/soartune_cuda_model_tests" "$OUT/$1.log"
+}
+
+if want model; then
+  model_tests model_tests tiny-llama-bpe4k '*' 240 'agreement|greedy|continuations|^\[  FAILED|Failure'
 fi
 
 # MiniCPM-SALA on the CUDA engine: the tiny-sala tests (tests/kernels/cuda_sala_gpu_test.cc) against the
@@ -199,16 +205,7 @@ if want sala; then
   step_timeout 60 "$bin/soartune_kernel_gpu_tests" --gtest_color=no --gtest_filter='RopeKvWrite.*' >"$OUT/sala_rope.log" 2>&1
   note "rope/NoPE kernel test (gpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sala_rope.log" | tr '\n' ' ')"
   memcheck_failures sala_rope "$bin/soartune_kernel_gpu_tests" "$OUT/sala_rope.log"
-  if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
-    SOARTUNE_SHARED_DIR="$bundle/shared" step_timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no \
-      --gtest_filter='CudaSala.*' >"$OUT/sala_tests.log" 2>&1
-    rc=$?
-    note "sala tests (gpu, tiny-sala): rc=$rc"
-    grep -E 'tiny-sala|^\[  (PASSED|FAILED)|^\[  FAILED|Failure|Expected|Which is|diverges' "$OUT/sala_tests.log" | head -40 | tee -a "$summary"
-    memcheck_failures sala "$bin/soartune_cuda_model_tests" "$OUT/sala_tests.log"
-  else
-    note "sala tests: skipped (bundle made without --with-sala-gz)"
-  fi
+  model_tests sala_tests tiny-sala 'CudaSala.*' 200 'tiny-sala|^\[  FAILED|Failure|Expected|Which is|diverges'
 fi
 
 # synthetic:minicpm-sala-9b beside synthetic:llama3-8b, one invocation (soartune-bench --only sala): decode
@@ -225,16 +222,8 @@ fi
 # then synthetic:minicpm-sala-9b at 60k tokens, dense vs sparse (soartune-bench --only sala_sparse).
 # Bundle with BUNDLE_EXES="soartune_cuda_model_tests soartune-bench" and --with-sala-gz.
 if want sala_sparse; then
-  if [[ -d "$bundle/shared/models/tiny-sala" ]]; then
-    SOARTUNE_SHARED_DIR="$bundle/shared" step_timeout 240 "$bin/soartune_cuda_model_tests" --gtest_color=no \
-      --gtest_filter='CudaSalaSparse.*' >"$OUT/sala_sparse_tests.log" 2>&1
-    note "sala sparse tests (gpu, tiny-sala): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sala_sparse_tests.log" | tr '\n' ' ')"
-    grep -E '^(CUDA|CPU|all blocks|knobs|the selection)|^\[  FAILED|Failure|Expected|Which is|error' \
-      "$OUT/sala_sparse_tests.log" | head -40 | tee -a "$summary"
-    memcheck_failures sala_sparse "$bin/soartune_cuda_model_tests" "$OUT/sala_sparse_tests.log"
-  else
-    note "sala sparse tests: skipped (bundle made without --with-sala-gz)"
-  fi
+  model_tests sala_sparse_tests tiny-sala 'CudaSalaSparse.*' 240 \
+    '^(CUDA|CPU|all blocks|knobs|the selection)|^\[  FAILED|Failure|Expected|Which is|error'
   step_timeout 150 "$bin/soartune-bench" --only sala_sparse --reps "${SALA_REPS:-10}" >"$OUT/sala_sparse_bench.txt" 2>&1
   note "soartune-bench --only sala_sparse: rc=$?"
   grep -E '^(minicpm|step|prefill|decode|sparse attention)|error|failed' "$OUT/sala_sparse_bench.txt" | tee -a "$summary"
@@ -385,10 +374,7 @@ fi
 # worker is bundled, a gptq trial on the cuda backend (its result must say solver cuda).
 if want gptq; then
   if [[ -x "$bin/soartune_cuda_model_tests" ]]; then
-    step_timeout 200 "$bin/soartune_cuda_model_tests" --gtest_color=no --gtest_filter='GptqCuda.*' >"$OUT/gptq_tests.log" 2>&1
-    note "gptq tests (gpu vs cpu): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/gptq_tests.log" | tr '\n' ' ')"
-    grep -E 'codes differ|Failure|^\[  FAILED' "$OUT/gptq_tests.log" | head -24 | tee -a "$summary"
-    memcheck_failures gptq "$bin/soartune_cuda_model_tests" "$OUT/gptq_tests.log"
+    model_tests gptq_tests "" 'GptqCuda.*' 200 'codes differ|forward .* max|Failure|^\[  FAILED'
     # GPTQ_SANITIZER=memcheck|racecheck: the exact-Hessian test under compute-sanitizer (the block kernel's shared
     # memory and barriers, the solver's buffers), for a first run of the GPU solver.
     if [[ -n "${GPTQ_SANITIZER:-}" ]] && command -v compute-sanitizer >/dev/null; then
