@@ -9,7 +9,8 @@ request class keeps its input_len and gets ceil(f * count) requests of ceil(f * 
 accuracy set keeps its first ceil(f * samples) samples; each level has its own reference trial (the reference
 config at that level), so relative accuracy compares equal sample sets. A row records the repeat index, the tier
 durations, the relative accuracy and the trial's wall time (process start to result: the simulated device time of
-a replayed trial, since the daemon starts a worker per trial too). Configs run in a seeded random order (the
+a replayed trial, since the daemon starts a worker per trial too), then the worker's own account of that time
+(load_s = weights_s + quantize_s + prepare_s, accuracy_s, tiers_s; readers find columns by name). Configs run in a seeded random order (the
 reference config first, so it is the table's first row) and rows are written as they finish, so a run stopped
 early leaves a uniform random subset of the grid.
 
@@ -208,8 +209,11 @@ def main():
         finally:
             cores.put(core)
 
-    print(",".join(knobs + ["fidelity", "repeat", "d_c1", "d_c8", "d_cinf", "accuracy_pct", "failed", "wall_s"]),
-          flush=True)
+    # After wall_s, where the worker says its time went (its timings_s and quantization.seconds; empty for a failed
+    # run): what a run costs besides its tiers, which decides whether a shortened run saves device time.
+    parts = ["load", "weights", "quantize", "prepare", "accuracy", "tiers"]
+    print(",".join(knobs + ["fidelity", "repeat", "d_c1", "d_c8", "d_cinf", "accuracy_pct", "failed", "wall_s"] +
+                   [p + "_s" for p in parts]), flush=True)
     written = 0
     with cf.ThreadPoolExecutor(jobs) as ex:
         for i, rows in ex.map(task, range(len(cfgs))):
@@ -219,11 +223,14 @@ def main():
             key = [str(v) for v in cfgs[i]]
             for f, rep, r, wall in rows:
                 if r is None:
-                    print(",".join(key + ["%.6f" % f, str(rep), "0", "0", "0", "0", "1", "%.3f" % wall]), flush=True)
+                    print(",".join(key + ["%.6f" % f, str(rep), "0", "0", "0", "0", "1", "%.3f" % wall] + [""] * len(parts)),
+                          flush=True)
                     continue
                 d = [r["tiers"][t]["duration_s"] for t in range(3)]
+                timings = dict(r.get("timings_s", {}), quantize=r.get("quantization", {}).get("seconds", 0))
                 print(",".join(key + ["%.6f" % f, str(rep)] + ["%.6g" % x for x in d] +
-                               ["%.4f" % r["accuracy"]["relative_pct"], "0", "%.3f" % wall]), flush=True)
+                               ["%.4f" % r["accuracy"]["relative_pct"], "0", "%.3f" % wall] +
+                               ["%.3f" % timings.get(p, 0) for p in parts]), flush=True)
     print(f"{written} of {len(cfgs)} configs recorded ({a.repeats} repeats x {len(LEVELS)} levels) in "
           f"{time.monotonic() - t_start:.1f} s", file=sys.stderr, flush=True)
 
