@@ -213,8 +213,10 @@ fi
 if want sala_bench; then
   step_timeout 330 "$bin/soartune-bench" --only sala --reps "${SALA_REPS:-10}" ${SALA_ARGS:-} \
     --json "$OUT/sala_bench.jsonl" >"$OUT/sala_bench.txt" 2>&1
-  note "soartune-bench --only sala: rc=$?"
+  rc=$?
+  note "soartune-bench --only sala: rc=$rc"
   grep -E '^(sala|llama)_|^device|error|failed' "$OUT/sala_bench.txt" | tee -a "$summary"
+  (( rc == 0 )) || tail -3 "$OUT/sala_bench.txt" | tee -a "$summary"   # the bench's own reason
 fi
 
 # InfLLM-v2 sparse attention in the CUDA engine (engine/cuda/sparse_layer.h): its tests on tiny-sala (dense_len
@@ -225,8 +227,10 @@ if want sala_sparse; then
   model_tests sala_sparse_tests tiny-sala 'CudaSalaSparse.*' 240 \
     '^(CUDA|CPU|all blocks|knobs|the selection)|^\[  FAILED|Failure|Expected|Which is|error'
   step_timeout 150 "$bin/soartune-bench" --only sala_sparse --reps "${SALA_REPS:-10}" >"$OUT/sala_sparse_bench.txt" 2>&1
-  note "soartune-bench --only sala_sparse: rc=$?"
+  rc=$?
+  note "soartune-bench --only sala_sparse: rc=$rc"
   grep -E '^(minicpm|step|prefill|decode|sparse attention)|error|failed' "$OUT/sala_sparse_bench.txt" | tee -a "$summary"
+  (( rc == 0 )) || tail -3 "$OUT/sala_sparse_bench.txt" | tee -a "$summary"
 fi
 
 if want bench; then
