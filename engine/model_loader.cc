@@ -49,7 +49,7 @@ inline uint64_t mix(uint64_t x) {
 }
 
 // Uniform in [-a, a] as bf16 bits.
-void fill_uniform_bf16(std::vector<uint16_t>* v, std::size_t n, float a, uint64_t seed, uint64_t stream) {
+void fill_uniform_bf16(UninitVector<uint16_t>* v, std::size_t n, float a, uint64_t seed, uint64_t stream) {
   v->resize(n);
   const uint64_t key = mix(seed * 0x100000001b3ull + stream);
   const unsigned nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));

@@ -222,7 +222,7 @@ Status Checkpoint::read_f32(const std::string& name, const std::vector<int64_t>&
   return Status::Ok();
 }
 
-Status Checkpoint::read_16(const std::string& name, const std::vector<int64_t>& shape, std::vector<uint16_t>* out,
+Status Checkpoint::read_16(const std::string& name, const std::vector<int64_t>& shape, UninitVector<uint16_t>* out,
                            bool* is_fp16) const {
   if (Status s = check(*this, name, shape); !s.ok()) return s;
   const TensorInfo& i = *info(name);

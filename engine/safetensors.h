@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/uninit_vector.h"
 
 namespace soartune::engine {
 
@@ -52,7 +53,7 @@ class Checkpoint {
   // The tensor as fp32 (bf16 / fp16 widened), checking it has `shape`.
   Status read_f32(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* out) const;
   // The tensor as bf16 bits, or fp16 bits when stored as fp16 (*is_fp16 set); fp32 is rounded to bf16.
-  Status read_16(const std::string& name, const std::vector<int64_t>& shape, std::vector<uint16_t>* out,
+  Status read_16(const std::string& name, const std::vector<int64_t>& shape, UninitVector<uint16_t>* out,
                  bool* is_fp16) const;
   // The tensor's bytes as stored, checking its dtype (the shape is the caller's to check through info()).
   Result<const void*> raw(const std::string& name, TensorDtype dtype) const;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/model_config.h"
+#include "engine/uninit_vector.h"
 
 namespace soartune::engine {
 
@@ -21,7 +22,7 @@ struct QuantizedLinear {
   int bits = 16;                   // 16, 8 or 4
   int group_size = 0;              // bits < 16: input elements per scale; 0 = one scale per output row
   Dtype16 dtype16 = Dtype16::kBF16;
-  std::vector<uint16_t> w16;       // bits == 16: [out][in] bf16/fp16 bits (empty otherwise)
+  UninitVector<uint16_t> w16;      // bits == 16: [out][in] bf16/fp16 bits (empty otherwise); sized, then filled
   std::vector<int8_t> q;           // bits < 16: [out][in] codes in [-2^(bits-1), 2^(bits-1)-1] (RTN and our GPTQ
                                    // use [-(2^(bits-1)-1), ...]; an imported GPTQ checkpoint may hold -2^(bits-1))
   std::vector<float> scales;       // bits < 16: [out][in / group_size] (or [out] when group_size == 0)

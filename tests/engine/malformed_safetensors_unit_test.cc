@@ -48,7 +48,7 @@ TEST(MalformedSafetensors, AnEmptyTensorReadsAsEmpty) {
   std::vector<float> f32{1.f};
   ASSERT_TRUE(ck.value().read_f32("x", {0, 3}, &f32).ok());
   EXPECT_TRUE(f32.empty());
-  std::vector<uint16_t> b16{1};
+  UninitVector<uint16_t> b16{1};
   bool fp16 = true;
   ASSERT_TRUE(ck.value().read_16("x", {0, 3}, &b16, &fp16).ok());
   EXPECT_TRUE(b16.empty());
@@ -96,10 +96,10 @@ TEST(MalformedSafetensors, TensorsNotAlignedToTheirElementSizeReadCorrectly) {
   std::vector<float> f;
   ASSERT_TRUE(ck.value().read_f32("f", {2}, &f).ok());
   EXPECT_EQ(f, std::vector<float>({1.5f, -2.25f}));
-  std::vector<uint16_t> b16;
+  UninitVector<uint16_t> b16;
   bool fp16 = false;
   ASSERT_TRUE(ck.value().read_16("f", {2}, &b16, &fp16).ok());
-  EXPECT_EQ(b16, std::vector<uint16_t>({0x3FC0, 0xC010}));   // 1.5 and -2.25 in bf16
+  EXPECT_EQ(b16, UninitVector<uint16_t>({0x3FC0, 0xC010}));   // 1.5 and -2.25 in bf16
 }
 
 TEST(MalformedSafetensors, AShardIndexNamesOnlyFilesOfItsDirectory) {

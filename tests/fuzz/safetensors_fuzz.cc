@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!info) __builtin_trap();   // names() and info() disagree
     std::vector<float> f32;
     (void)ck.value().read_f32(name, info->shape, &f32);
-    std::vector<uint16_t> b16;
+    UninitVector<uint16_t> b16;
     bool fp16 = false;
     (void)ck.value().read_16(name, info->shape, &b16, &fp16);
     auto raw = ck.value().raw(name, info->dtype);
