@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "core/kernel_variants.h"
+#include "engine/uninit_vector.h"
 #include "kernels/activation.cuh"
 #include "kernels/attention_prefill.cuh"
 #include "kernels/norm.cuh"
@@ -124,7 +125,7 @@ Status CudaModel::upload_linear(const std::vector<const QuantizedLinear*>& parts
   const size_t wb = kn::weight_bytes(d.format, n, k);
   void* w = nullptr;
   SOARTUNE_STATUS_TRY(alloc(&w, wb));
-  std::vector<uint8_t> host(wb);
+  UninitVector<uint8_t> host(wb);   // every byte written below (the parts fill wb exactly), so not zeroed first
   size_t off = 0;
   std::vector<float> scales;
   for (const QuantizedLinear* p : parts) {
