@@ -2,6 +2,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "kernels/launch.cuh"
 #include "kernels/numeric_formats.h"
 
@@ -23,90 +25,182 @@ __device__ __forceinline__ float stored_value(float, float v) { return v; }
 __device__ __forceinline__ float stored_value(__nv_bfloat16, float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // ---- q/k norm + RoPE -------------------------------------------------------------------------------------
-// A warp per (token, q or k head): lane l holds the rotation pairs (j, j + d/2) for j = l, l + 32, ...; the
-// RMSNorm's sum of squares is one warp reduction. The angle pos * theta^(-2j/d) is formed and reduced modulo
-// 2 pi in fp64 (at 60k positions an fp32 product is off by up to 4e-3 rad), the sine and cosine in fp32.
+// A warp per (token, kQkHeadsPerWarp q or k heads): lane l holds the rotation pairs (j, j + d/2) for j = l,
+// l + 32, ... of each of its heads; a head's RMSNorm sum of squares is one warp reduction. The angle
+// pos * theta^(-2j/d) depends on the token and j only, so a lane forms its pairs' sines and cosines once for all
+// its heads, and before the wait (positions come from the host before the step; the norm weights are weights),
+// while the previous kernel drains: the fp64 pow and the reduction modulo 2 pi (at 60k positions an fp32 product
+// is off by up to 4e-3 rad) leave the step's critical path. Sine and cosine in fp32. The heads' loads are all in
+// flight at once.
 constexpr int kQkWarps = 4;
+constexpr int kQkHeadsPerWarp = 4;
 constexpr int kQkMaxPairs = 4;  // head_dim <= 256
 
 __global__ void __launch_bounds__(kQkWarps * 32) lightning_qk_kernel(const LightningQkArgs a) {
   pdl_launch_dependents();
   const int t = blockIdx.x, lane = threadIdx.x % 32;
-  const int head = blockIdx.y * kQkWarps + threadIdx.x / 32;
-  const int d = a.head_dim, half = d / 2;
-  // Positions come from the host before the step: read before the wait, while the projection drains.
+  const int head0 = (blockIdx.y * kQkWarps + threadIdx.x / 32) * kQkHeadsPerWarp;
+  const int d = a.head_dim, half = d / 2, nh = a.heads + a.kv_heads;
+  float cs[kQkMaxPairs], sn[kQkMaxPairs], gq[kQkMaxPairs][2], gk[kQkMaxPairs][2];
   const double pos = a.rope ? a.positions[t] : 0.0;
-  pdl_wait();
-  if (head >= a.heads + a.kv_heads) return;
-  __nv_bfloat16* x = static_cast<__nv_bfloat16*>(a.qkv) + int64_t(t) * a.row_stride + int64_t(head) * d;
-  const float* gamma = head < a.heads ? a.q_norm : a.k_norm;
-  float x1[kQkMaxPairs], x2[kQkMaxPairs];
-  float ss = 0;
 #pragma unroll
   for (int p = 0; p < kQkMaxPairs; ++p) {
     const int j = lane + 32 * p;
-    x1[p] = j < half ? __bfloat162float(x[j]) : 0.f;
-    x2[p] = j < half ? __bfloat162float(x[j + half]) : 0.f;
-    ss += x1[p] * x1[p] + x2[p] * x2[p];
-  }
-  const float inv = gamma ? rsqrtf(warp_sum(ss) / float(d) + a.eps) : 1.f;
-#pragma unroll
-  for (int p = 0; p < kQkMaxPairs; ++p) {
-    const int j = lane + 32 * p;
-    if (j >= half) break;
-    float y1 = x1[p] * inv, y2 = x2[p] * inv;
-    if (gamma) y1 *= gamma[j], y2 *= gamma[j + half];
+    cs[p] = 1.f, sn[p] = 0.f;
+    gq[p][0] = gq[p][1] = gk[p][0] = gk[p][1] = 1.f;
+    if (j >= half) continue;
+    if (a.q_norm) gq[p][0] = a.q_norm[j], gq[p][1] = a.q_norm[j + half];
+    if (a.k_norm) gk[p][0] = a.k_norm[j], gk[p][1] = a.k_norm[j + half];
     if (a.rope) {
       const double inv_freq = pow(double(a.rope_theta), -2.0 * j / d);
       const double ang = fmod(pos * inv_freq, 6.283185307179586);
-      float s, c;
-      sincosf(float(ang), &s, &c);
-      const float r1 = y1 * c - y2 * s, r2 = y2 * c + y1 * s;
-      y1 = r1, y2 = r2;
+      sincosf(float(ang), &sn[p], &cs[p]);
     }
-    x[j] = __float2bfloat16_rn(y1);
-    x[j + half] = __float2bfloat16_rn(y2);
+  }
+  pdl_wait();
+  if (head0 >= nh) return;  // uniform over the warp; no barrier follows
+  __nv_bfloat16* base = static_cast<__nv_bfloat16*>(a.qkv) + int64_t(t) * a.row_stride;
+  float x1[kQkHeadsPerWarp][kQkMaxPairs], x2[kQkHeadsPerWarp][kQkMaxPairs];
+#pragma unroll
+  for (int hh = 0; hh < kQkHeadsPerWarp; ++hh) {
+    const __nv_bfloat16* x = base + int64_t(head0 + hh) * d;
+#pragma unroll
+    for (int p = 0; p < kQkMaxPairs; ++p) {
+      const int j = lane + 32 * p;
+      const bool in = head0 + hh < nh && j < half;
+      x1[hh][p] = in ? __bfloat162float(x[j]) : 0.f;
+      x2[hh][p] = in ? __bfloat162float(x[j + half]) : 0.f;
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < kQkHeadsPerWarp; ++hh) {
+    const int head = head0 + hh;
+    if (head >= nh) break;  // uniform over the warp
+    const bool is_q = head < a.heads;
+    const bool norm = (is_q ? a.q_norm : a.k_norm) != nullptr;
+    float ss = 0;
+#pragma unroll
+    for (int p = 0; p < kQkMaxPairs; ++p) ss += x1[hh][p] * x1[hh][p] + x2[hh][p] * x2[hh][p];
+    const float inv = norm ? rsqrtf(warp_sum(ss) / float(d) + a.eps) : 1.f;
+    __nv_bfloat16* x = base + int64_t(head) * d;
+#pragma unroll
+    for (int p = 0; p < kQkMaxPairs; ++p) {
+      const int j = lane + 32 * p;
+      if (j >= half) break;
+      float y1 = x1[hh][p] * inv, y2 = x2[hh][p] * inv;
+      if (norm) {
+        y1 *= is_q ? gq[p][0] : gk[p][0];
+        y2 *= is_q ? gq[p][1] : gk[p][1];
+      }
+      if (a.rope) {
+        const float r1 = y1 * cs[p] - y2 * sn[p], r2 = y2 * cs[p] + y1 * sn[p];
+        y1 = r1, y2 = r2;
+      }
+      x[j] = __float2bfloat16_rn(y1);
+      x[j + half] = __float2bfloat16_rn(y2);
+    }
   }
 }
 
 // ---- decode: one token per sequence -------------------------------------------------------------------------
-// A CTA per (sequence, head, 32 state columns): lane w owns column w, the 8 warps split the d_k rows. Each
-// state element is read once, decayed, given k_i v_w, multiplied into the output and written back; the
-// output's partial sums over rows meet in shared memory. Bytes: the state slice read + written once.
+// A CTA per (sequence, head, 32 state columns), so a batch-1 step of 32 heads of 128 still fills 128 SMs. A
+// thread owns kVec adjacent columns (one 16-byte access: 4 fp32 or 8 bf16 values) of kRows rows spread
+// kRowsPerPass apart, and asks for all of them before it uses any: the CTA's whole state slice (16 KB fp32, 8 KB
+// bf16 at d 128) is in flight at once, where a latency-bound batch-1 step needs every byte it can get. Each
+// state element is read once, decayed, given k_i v_w, multiplied into the output and written back (16 bytes a
+// thread); the output's partial sums over rows meet in a fixed order (shuffles within a warp over the lanes of
+// the same columns, then the warps' sums in shared memory), so the result is deterministic.
 constexpr int kCols = 32;
-constexpr int kDecodeWarps = 8;
+constexpr int kDecodeThreads = 256;
 
-template <typename StateT>
-__global__ void __launch_bounds__(kDecodeWarps * 32) lightning_decode_kernel(const LightningArgs a) {
-  __shared__ float part[kDecodeWarps][kCols];
-  const int s = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int d = a.head_dim, col = blockIdx.z * kCols + lane;
+// 16 bytes of state as floats, and back (bf16: the low half of each 32-bit word is the lower column).
+__device__ __forceinline__ void unpack_state(const uint4& u, float (&f)[4], float) {
+  f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+}
+__device__ __forceinline__ void unpack_state(const uint4& u, float (&f)[8], __nv_bfloat16) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+}
+__device__ __forceinline__ uint4 pack_state(const float (&f)[4], float) {
+  return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+}
+__device__ __forceinline__ uint4 pack_state(const float (&f)[8], __nv_bfloat16) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i]))) |
+           uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i + 1]))) << 16;
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <int D, typename StateT>
+__global__ void __launch_bounds__(kDecodeThreads) lightning_decode_kernel(const LightningArgs a) {
+  constexpr int kVec = 16 / int(sizeof(StateT));               // columns a thread owns: 4 or 8
+  constexpr int kLanesPerRow = kCols / kVec;                   // threads across the CTA's 32 columns: 8 or 4
+  constexpr int kRowsPerPass = kDecodeThreads / kLanesPerRow;  // rows the CTA covers with one access each
+  constexpr int kRows = D / kRowsPerPass;                      // rows a thread owns: 1 to 4
+  constexpr int kWarps = kDecodeThreads / 32;
+  static_assert(kRows >= 1 && D % kRowsPerPass == 0 && 32 % kLanesPerRow == 0, "decode tiling");
+  __shared__ float part[kWarps][kCols];
+  // Dependents wait for this kernel's completion before they read anything it writes (kernels/launch.cuh).
+  pdl_launch_dependents();
+  const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int cl = tid % kLanesPerRow, r0 = tid / kLanesPerRow;  // this thread: columns cl * kVec + [0, kVec), rows
+  const int c0 = blockIdx.z * kCols + cl * kVec;              //   r0 + p * kRowsPerPass, p < kRows
   pdl_wait();
   const int t0 = a.q_offsets[s];
-  if (a.q_offsets[s + 1] - t0 != 1) return;  // prefill sequences take the chunked kernel
+  if (a.q_offsets[s + 1] - t0 != 1) return;  // prefill sequences take the chunked kernel (uniform over the CTA)
   const bool reset = a.start_pos[s] == 0;
+  // c0 is a multiple of kVec and rows are D elements apart: every access is 16-byte aligned (the state is).
+  StateT* S = static_cast<StateT*>(a.state) + (int64_t(a.seq_slots[s]) * a.heads + h) * D * D + c0;
+  uint4 raw[kRows];
+#pragma unroll
+  for (int p = 0; p < kRows; ++p)  // zero bits are 0.0 in both dtypes: a reset starts from the zero state
+    raw[p] = reset ? make_uint4(0u, 0u, 0u, 0u)
+                   : *reinterpret_cast<const uint4*>(S + int64_t(r0 + p * kRowsPerPass) * D);
+  // q, k and v (1% of the bytes) one bf16 at a time: qkv rows need not be aligned.
   const int kvh = h / (a.heads / a.kv_heads);
   const __nv_bfloat16* row = static_cast<const __nv_bfloat16*>(a.qkv) + int64_t(t0) * a.row_stride;
-  const __nv_bfloat16* q = row + int64_t(h) * d;
-  const __nv_bfloat16* k = row + int64_t(a.heads + kvh) * d;
-  const float v = __bfloat162float(row[int64_t(a.heads + a.kv_heads + kvh) * d + col]);
-  const float decay = expf(a.log_decay[h]);
-  StateT* S = static_cast<StateT*>(a.state) + (int64_t(a.seq_slots[s]) * a.heads + h) * d * d + col;
-  float acc = 0;
-#pragma unroll 4
-  for (int i = warp; i < d; i += kDecodeWarps) {
-    const float old = reset ? 0.f : load_state(S + int64_t(i) * d);
-    const float sn = decay * old + __bfloat162float(k[i]) * v;
-    acc += __bfloat162float(q[i]) * sn;  // the fp32 state, before a bf16 store rounds it
-    store_state(S + int64_t(i) * d, sn);
+  const __nv_bfloat16* q = row + int64_t(h) * D;
+  const __nv_bfloat16* k = row + int64_t(a.heads + kvh) * D;
+  const __nv_bfloat16* v = row + int64_t(a.heads + a.kv_heads + kvh) * D + c0;
+  float qv[kRows], kv[kRows], vv[kVec];
+#pragma unroll
+  for (int p = 0; p < kRows; ++p) {
+    qv[p] = __bfloat162float(q[r0 + p * kRowsPerPass]);
+    kv[p] = __bfloat162float(k[r0 + p * kRowsPerPass]);
   }
-  part[warp][lane] = acc;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) vv[j] = __bfloat162float(v[j]);
+  const float decay = expf(a.log_decay[h]);
+  float acc[kVec] = {};
+#pragma unroll
+  for (int p = 0; p < kRows; ++p) {
+    float sn[kVec];
+    unpack_state(raw[p], sn, StateT{});
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      sn[j] = decay * sn[j] + kv[p] * vv[j];
+      acc[j] += qv[p] * sn[j];  // the fp32 state, before a bf16 store rounds it
+    }
+    // (__stwb: one 16-byte store; a plain uint4 assignment was split into four 4-byte stores.)
+    __stwb(reinterpret_cast<uint4*>(S + int64_t(r0 + p * kRowsPerPass) * D), pack_state(sn, StateT{}));
+  }
+  // Lanes kLanesPerRow apart hold the same columns: sum them, then lanes [0, kLanesPerRow) hold the warp's sums.
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+#pragma unroll
+    for (int o = kLanesPerRow; o < 32; o <<= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+  if (lane < kLanesPerRow)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) part[warp][lane * kVec + j] = acc[j];
   __syncthreads();
-  if (warp == 0) {
+  if (tid < kCols) {
     float o = 0;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) o += part[w][lane];
-    a.out[int64_t(t0) * a.heads * d + int64_t(h) * d + col] = a.scale * o;
+    for (int w = 0; w < kWarps; ++w) o += part[w][tid];
+    a.out[int64_t(t0) * a.heads * D + int64_t(h) * D + blockIdx.z * kCols + tid] = a.scale * o;
   }
 }
 
@@ -565,8 +659,9 @@ bool mma_form_fits(const LightningArgs& a) {
 
 template <typename StateT>
 cudaError_t run_typed(const LightningArgs& a, cudaStream_t stream) {
-  cudaError_t e = launch(lightning_decode_kernel<StateT>, dim3(a.batch, a.heads, a.head_dim / kCols),
-                         kDecodeWarps * 32, 0, stream, a);
+  const dim3 grid(a.batch, a.heads, a.head_dim / kCols);
+  cudaError_t e = a.head_dim == 64 ? launch(lightning_decode_kernel<64, StateT>, grid, kDecodeThreads, 0, stream, a)
+                                   : launch(lightning_decode_kernel<128, StateT>, grid, kDecodeThreads, 0, stream, a);
   if (e != cudaSuccess || a.max_tokens <= 1) return e;
   const bool mma = a.prefill_form == LightningPrefillForm::kTensorCores ||
                    (a.prefill_form == LightningPrefillForm::kAuto && mma_form_fits(a));
@@ -575,38 +670,70 @@ cudaError_t run_typed(const LightningArgs& a, cudaStream_t stream) {
 }
 
 // ---- output norm + gate -----------------------------------------------------------------------------------
-// A CTA per row: the sum of squares over the whole row (fp32, a block reduction), then the row again.
-constexpr int kGateThreads = 256;
+// A CTA per row, sized so that a row of up to kGatePer * 1024 = 4096 columns lives in registers: threads = width
+// / kGatePer rounded up to whole warps (at most 1024), thread tid holding columns tid + k * threads (each warp's
+// access is one contiguous run: coalesced for any width and any alignment). Every thread asks for its attn, gate
+// and gamma values at once, so a decode step's rows cost one round of loads, one block reduction and the stores
+// (a loop of 256 threads over 4096 columns took 16 dependent rounds a pass). Columns past kGatePer * threads
+// (rows wider than 4096) are read in strided loops, twice.
+constexpr int kGatePer = 4;
+constexpr int kGateMaxThreads = 1024;
 
-__global__ void __launch_bounds__(kGateThreads) output_gate_kernel(const OutputGateArgs a) {
-  __shared__ float red[kGateThreads / 32];
-  __shared__ float inv_s;
+int output_gate_threads(int width) {
+  const int warps = ((width + kGatePer - 1) / kGatePer + 31) / 32;
+  return 32 * std::min(std::max(warps, 1), kGateMaxThreads / 32);
+}
+
+__global__ void __launch_bounds__(kGateMaxThreads) output_gate_kernel(const OutputGateArgs a) {
+  __shared__ float red[kGateMaxThreads / 32];
   pdl_launch_dependents();
-  const int t = blockIdx.x, tid = threadIdx.x;
+  const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x, lane = tid % 32, warp = tid / 32;
+  const bool norm = a.gamma != nullptr, gated = a.gate != nullptr;
+  // gamma is a weight (no kernel writes it): read before the wait, while the previous kernel drains.
+  float gm[kGatePer];
+#pragma unroll
+  for (int k = 0; k < kGatePer; ++k) {
+    const int c = tid + k * nt;
+    gm[k] = norm && c < a.width ? a.gamma[c] : 1.f;
+  }
   pdl_wait();
   const float* xf = static_cast<const float*>(a.attn) + int64_t(t) * a.width;
   const __nv_bfloat16* xb = static_cast<const __nv_bfloat16*>(a.attn) + int64_t(t) * a.width;
-  auto x = [&](int c) { return a.attn_bf16 ? __bfloat162float(xb[c]) : xf[c]; };
-  float inv = 1.f;
-  if (a.gamma) {
-    float ss = 0;
-    for (int c = tid; c < a.width; c += kGateThreads) ss += x(c) * x(c);
-    ss = warp_sum(ss);
-    if (tid % 32 == 0) red[tid / 32] = ss;
-    __syncthreads();
-    if (tid == 0) {
-      float tot = 0;
-      for (int w = 0; w < kGateThreads / 32; ++w) tot += red[w];
-      inv_s = rsqrtf(tot / float(a.width) + a.eps);
-    }
-    __syncthreads();
-    inv = inv_s;
-  }
   const __nv_bfloat16* gate = static_cast<const __nv_bfloat16*>(a.gate) + int64_t(t) * a.gate_stride;
+  auto x = [&](int c) { return a.attn_bf16 ? __bfloat162float(xb[c]) : xf[c]; };
+  float xv[kGatePer], gv[kGatePer];
+#pragma unroll
+  for (int k = 0; k < kGatePer; ++k) {
+    const int c = tid + k * nt;
+    xv[k] = c < a.width ? x(c) : 0.f;
+    gv[k] = gated && c < a.width ? __bfloat162float(gate[c]) : 0.f;
+  }
+  const int held = kGatePer * nt;  // columns [0, held) are in registers
+  float inv = 1.f;
+  if (norm) {  // uniform over the CTA: the barrier below is reached by every thread or none
+    float ss = 0;
+#pragma unroll
+    for (int k = 0; k < kGatePer; ++k) ss += xv[k] * xv[k];
+    for (int c = held + tid; c < a.width; c += nt) ss += x(c) * x(c);
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    // Every warp adds the warps' sums in the same order: one value for the whole row, no second barrier.
+    const float tot = warp_sum(lane < nt / 32 ? red[lane] : 0.f);
+    inv = rsqrtf(tot / float(a.width) + a.eps);
+  }
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + int64_t(t) * a.width;
-  for (int c = tid; c < a.width; c += kGateThreads) {
-    float y = a.gamma ? x(c) * inv * a.gamma[c] : x(c);
-    if (a.gate) y *= 1.f / (1.f + __expf(-__bfloat162float(gate[c])));
+#pragma unroll
+  for (int k = 0; k < kGatePer; ++k) {
+    const int c = tid + k * nt;
+    if (c >= a.width) break;
+    float y = norm ? xv[k] * inv * gm[k] : xv[k];
+    if (gated) y *= 1.f / (1.f + __expf(-gv[k]));
+    out[c] = __float2bfloat16_rn(y);
+  }
+  for (int c = held + tid; c < a.width; c += nt) {
+    float y = norm ? x(c) * inv * a.gamma[c] : x(c);
+    if (gated) y *= 1.f / (1.f + __expf(-__bfloat162float(gate[c])));
     out[c] = __float2bfloat16_rn(y);
   }
 }
@@ -645,6 +772,8 @@ std::string lightning_can_implement(const LightningArgs& a) {
     return "row_stride: must be >= (heads + 2 kv_heads) * head_dim";
   if (!a.qkv || !a.out || !a.state || !a.q_offsets || !a.start_pos || !a.seq_slots || !a.log_decay)
     return "pointers: qkv, out, state, q_offsets, start_pos, seq_slots and log_decay are required";
+  if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0)
+    return "state: must be 16-byte aligned (the decode step moves 16 bytes of a state row at a time)";
   return "";
 }
 
@@ -660,7 +789,8 @@ std::size_t lightning_workspace_bytes(int, int, int, int, int) { return 0; }
 
 cudaError_t lightning_qk_run(const LightningQkArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
-  const dim3 grid(a.tokens, (a.heads + a.kv_heads + kQkWarps - 1) / kQkWarps);
+  constexpr int kHeadsPerCta = kQkWarps * kQkHeadsPerWarp;
+  const dim3 grid(a.tokens, (a.heads + a.kv_heads + kHeadsPerCta - 1) / kHeadsPerCta);
   return launch(lightning_qk_kernel, grid, kQkWarps * 32, 0, stream, a);
 }
 
@@ -672,7 +802,7 @@ cudaError_t lightning_run(const LightningArgs& a, cudaStream_t stream) {
 
 cudaError_t output_gate_run(const OutputGateArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
-  return launch(output_gate_kernel, dim3(a.tokens), kGateThreads, 0, stream, a);
+  return launch(output_gate_kernel, dim3(a.tokens), output_gate_threads(a.width), 0, stream, a);
 }
 
 }  // namespace soartune::kernels

@@ -2,7 +2,8 @@
 // fresh random inputs, outputs poisoned: q/k norm + RoPE in place; the recurrence and the chunked prefill in
 // mixed batches (prefill and decode sequences, resets at start_pos 0, carried states, GQA) over several steps,
 // every chunk size, fp32 and bf16 states, both prefill forms (tensor cores, CUDA cores; and kAuto on rows the
-// tensor-core form cannot read); the output norm + gate; the can_implement messages.
+// tensor-core form cannot read); decode-only steps at batch 1, 8 and 64; the output norm + gate at widths with
+// tails and at 1 to 64 rows; the can_implement messages.
 //
 // Tolerances, as ||gpu - twin|| / ||twin||: outputs and fp32 states 1e-4 (the same fp32 inputs; only the
 // order of fp32 sums differs from the twin's fp64 ones; the tensor-core form's bf16 hi + lo operands are exact
@@ -227,9 +228,33 @@ TEST(Lightning, ReleaseShapeLongPrefillThenDecode) {
   }
 }
 
+// Decode-only steps at the batches a server runs (1, 8, 64), both state dtypes, head_dim 64 and 128 (with and
+// without grouped kv heads): every third sequence resets its slot (start_pos 0, the slot holding garbage), the
+// others carry their state; slots are a permutation with two slots no sequence uses (left bit for bit as they
+// were); then two more decode steps of all of them, carrying on.
+TEST(Lightning, DecodeStepsAtBatch1And8And64) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
+    for (const Shape sh : {Shape{4, 4, 64}, Shape{8, 2, 128}, Shape{32, 32, 128}})
+      for (const int batch : {1, 8, 64}) {
+        SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " d " +
+                     std::to_string(sh.d) + " batch " + std::to_string(batch) + " state " + dtype_name(dt));
+        std::mt19937_64 rng(test::new_seed());
+        const int slots = batch + 2;  // 3, 10, 66: all coprime to 7, so 7 i + 1 mod slots is a permutation
+        States st(dt, slots, sh, rng);
+        std::vector<Seq> seqs;
+        for (int i = 0; i < batch; ++i) seqs.push_back({1, i % 3 == 0 ? 0 : 40 + i, (7 * i + 1) % slots});
+        check_step(sh, seqs, 64, {}, &st, rng);
+        for (int step = 0; step < 2; ++step) {
+          for (Seq& s : seqs) s.start_pos += 1;
+          check_step(sh, seqs, 64, {}, &st, rng);
+        }
+      }
+}
+
 TEST(Lightning, CanImplementNamesTheFieldAndItsValues) {
   LightningArgs a;
-  int dummy = 0;
+  alignas(16) int dummy = 0;
   a.qkv = &dummy, a.state = &dummy, a.out = reinterpret_cast<float*>(&dummy);
   a.q_offsets = &dummy, a.start_pos = &dummy, a.seq_slots = &dummy;
   a.log_decay = reinterpret_cast<float*>(&dummy), a.slots = 1, a.batch = 1, a.heads = 4, a.kv_heads = 4;
@@ -250,6 +275,9 @@ TEST(Lightning, CanImplementNamesTheFieldAndItsValues) {
   a.prefill_form = LightningPrefillForm::kCudaCores;
   EXPECT_EQ(lightning_can_implement(a), "");
   a.prefill_form = LightningPrefillForm::kAuto;
+  a.state = reinterpret_cast<char*>(&dummy) + 4;
+  EXPECT_NE(lightning_can_implement(a).find("state: must be 16-byte aligned"), std::string::npos);
+  a.state = &dummy;
   LightningQkArgs q;
   q.qkv = &dummy, q.positions = &dummy, q.heads = 4, q.kv_heads = 4, q.head_dim = 512, q.row_stride = 8 * 512;
   EXPECT_NE(lightning_qk_can_implement(q).find("head_dim: must be an even number in 2..256"), std::string::npos);
@@ -261,12 +289,16 @@ TEST(Lightning, CanImplementNamesTheFieldAndItsValues) {
 TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
   KT_SKIP_WITHOUT_GPU("lightning q/k norm + RoPE kernel");
   std::mt19937_64 rng(test::new_seed());
-  for (const Shape sh : {Shape{4, 4, 64}, Shape{32, 32, 128}, Shape{8, 2, 128}})
+  // {6, 3, 96}: a warp's heads straddle the q/k boundary, the last warp has heads past the end, and a lane's
+  // second pair is partial (48 pairs); {2, 1, 256}: four pairs a lane.
+  for (const Shape sh : {Shape{4, 4, 64}, Shape{32, 32, 128}, Shape{8, 2, 128}, Shape{6, 3, 96}, Shape{2, 1, 256}})
+    for (const int T : {1, 37})
     for (const bool with_norm : {true, false})
     for (const bool with_rope : {true, false}) {
-      SCOPED_TRACE("heads " + std::to_string(sh.heads) + " d " + std::to_string(sh.d) + (with_norm ? " norm" : "") +
+      SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " d " +
+                   std::to_string(sh.d) + " tokens " + std::to_string(T) + (with_norm ? " norm" : "") +
                    (with_rope ? " rope" : " no rope"));
-      const int T = 37, width = (sh.heads + 2 * sh.kv_heads) * sh.d, stride = width + 16;
+      const int width = (sh.heads + 2 * sh.kv_heads) * sh.d, stride = width + 16;
       std::vector<uint16_t> bits;
       std::vector<float> vals;
       test::random_bf16(rng, size_t(T) * stride, 3.f, &bits, &vals);
@@ -275,7 +307,7 @@ TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
       for (auto& x : gq) x = u(rng);
       for (auto& x : gk) x = u(rng);
       std::vector<int32_t> pos(T);
-      for (int i = 0; i < T; ++i) pos[i] = i < 5 ? i : int(rng() % 65536);
+      for (int i = 0; i < T; ++i) pos[i] = T == 1 ? 60000 + int(rng() % 5536) : i < 5 ? i : int(rng() % 65536);
       Dev dqkv(bits.size() * 2), dgq(sh.d * 4), dgk(sh.d * 4), dpos(T * 4);
       dqkv.upload(bits), dgq.upload(gq), dgk.upload(gk), dpos.upload(pos);
       LightningQkArgs a;
@@ -306,13 +338,16 @@ TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
 TEST(OutputGate, NormOverTheRowAndSigmoidGateMatchTheTwin) {
   KT_SKIP_WITHOUT_GPU("output norm + gate kernel");
   std::mt19937_64 rng(test::new_seed());
-  for (const int width : {256, 4096})
+  // Widths: tiny-sala's 256 and the release 4096 (whole rows in registers), 1, 33 and 100 (a partial warp),
+  // 4100 (a partial last column per thread) and 5000 (columns past the registers, read in the strided loops).
+  for (const int width : {256, 4096, 1, 33, 100, 4100, 5000})
+   for (const int T : {1, 9, 64})
     for (const bool attn_bf16 : {false, true})
       for (const bool norm : {true, false})
         for (const bool gate : {true, false}) {
-          SCOPED_TRACE("width " + std::to_string(width) + (attn_bf16 ? " bf16" : " fp32") + (norm ? " norm" : "") +
-                       (gate ? " gate" : ""));
-          const int T = 9, gate_stride = 3 * width;  // the gate as a column block of a wider projection
+          SCOPED_TRACE("width " + std::to_string(width) + " rows " + std::to_string(T) + (attn_bf16 ? " bf16" : " fp32") +
+                       (norm ? " norm" : "") + (gate ? " gate" : ""));
+          const int gate_stride = 3 * width + 1;  // the gate as a column block of a wider projection (odd stride)
           std::vector<uint16_t> abits, gbits;
           std::vector<float> attn, gv;
           test::random_bf16(rng, size_t(T) * width, 4.f, &abits, &attn);

@@ -5,12 +5,14 @@
 //   prefill of one 4k and one 60k prompt, chunk 64 / 128 / 256, the tensor-core and the CUDA-core form side by
 //     side on the same inputs: FLOPs of the chunked form (causal Q K^T and A V: 2 C^2 d a chunk; Q S and the
 //     state update: 4 C d^2), TFLOP/s, and the two forms' outputs' difference ||tc - cuda|| / ||cuda||
-//   q/k norm + RoPE and output norm + gate over a 4k prompt: bytes read + written, GB/s
+//   q/k norm + RoPE and output norm + gate over a 4k prompt: bytes read + written, GB/s; the same at decode
+//     sizes (1, 8, 64 tokens), and the softmax layers' output gate (bf16 input, no norm)
 // CUDA-event timed, median of N launches after 3 warm-up ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/lightning.cuh"
@@ -142,6 +144,27 @@ int main() {
     const float og_ms = median_ms([&] { CK(output_gate_run(o, nullptr)); }, 20);
     std::printf("%-22s %10.1f %9.0f\n", "output norm + gate", og_ms * 1e3,
                 double(T) * heads * d * (4 + 2 + 2) / (og_ms * 1e-3) / 1e9);
+    // The same ops at decode sizes (one token a sequence): latency, not bandwidth, is what they cost there. The
+    // softmax layers' output gate reads a bf16 attention output and has no norm.
+    std::printf("\nfused ops at decode\n");
+    std::printf("%-30s %10s %9s\n", "op", "us", "GB/s");
+    for (int rows : {1, 8, 64}) {
+      LightningQkArgs qd = q;
+      qd.tokens = rows;
+      const float qd_ms = median_ms([&] { CK(lightning_qk_run(qd, nullptr)); }, 50);
+      std::printf("%-30s %10.2f %9.0f\n", ("q/k norm + RoPE, " + std::to_string(rows) + " tok").c_str(), qd_ms * 1e3,
+                  2.0 * rows * (heads + kv_heads) * d * 2 / (qd_ms * 1e-3) / 1e9);
+    }
+    for (int rows : {1, 8, 64})
+      for (bool bf16_in : {false, true}) {
+        OutputGateArgs od = o;
+        od.tokens = rows, od.attn_bf16 = bf16_in, od.gamma = bf16_in ? nullptr : dgamma;
+        const float od_ms = median_ms([&] { CK(output_gate_run(od, nullptr)); }, 50);
+        const double bytes = double(rows) * heads * d * ((bf16_in ? 2 : 4) + 2 + 2) + (bf16_in ? 0 : heads * d * 4);
+        std::printf("%-30s %10.2f %9.0f\n",
+                    ((bf16_in ? "output gate (bf16), " : "output norm + gate, ") + std::to_string(rows) + " row").c_str(),
+                    od_ms * 1e3, bytes / (od_ms * 1e-3) / 1e9);
+      }
     dev_free(dpos, dgamma, gout);
   }
   dev_free(out2, qkv, out, state, dg);
