@@ -11,8 +11,8 @@
 #       --with-sala-gz adds the shared tiny-sala model (MiniCPM-SALA, 19 MB as a gzip tarball) for the `sala` step.
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
-#       tests sanitizer model bench peer e2e; also: sala, sala_bench, sala_sparse, timing, lightning, sparse,
-#       sparse_sanitizer, decode,
+#       tests sanitizer model bench peer e2e; also: sala, sala_bench, sala_sparse, timing, lightning,
+#       lightning_sanitizer, sparse, sparse_sanitizer, decode,
 #       ncu_decode, ncu_gemv, sass, tables, tables8b, job8b, sala_job, gptq) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS). Steps run in the order
@@ -297,6 +297,24 @@ fi
 if want lightning; then
   kernel_tests_then_timing lightning 'Lightning*:OutputGate*' 200 \
     '^\[  FAILED|Failure|error|Expected|Which is|normalized|output of|state of' lightning_timing
+fi
+
+# The lightning kernels under compute-sanitizer: memcheck, racecheck (the decode step's and the output gate's
+# shared partial sums) and synccheck, on the small shapes: decode steps at batch 1 / 8 / 64 of head_dim 64 and
+# 128 (all four decode tilings), two- and three-token prefills beside a decode, every output-gate width and row
+# count, q/k norm + RoPE.
+# Bundle with BUNDLE_EXES="soartune_kernel_gpu_tests".
+if want lightning_sanitizer; then
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck synccheck; do
+      step_timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" --gtest_color=no \
+        --gtest_filter='Lightning.DecodeStepsAtBatch1And8And64:Lightning.TwoAndThreeTokenPrefillsBesideAOneTokenPrompt:OutputGate.*:LightningQk.*' \
+        >"$OUT/lightning_sanitizer_$tool.log" 2>&1
+      note "compute-sanitizer $tool on the small lightning tests: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/lightning_sanitizer_$tool.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/lightning_sanitizer_$tool.log" | tr '\n' ' ')"
+    done
+  else
+    note "compute-sanitizer: not found"
+  fi
 fi
 
 # Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)

@@ -228,28 +228,38 @@ TEST(Lightning, ReleaseShapeLongPrefillThenDecode) {
   }
 }
 
-// Decode-only steps at the batches a server runs (1, 8, 64), both state dtypes, head_dim 64 and 128 (with and
-// without grouped kv heads): every third sequence resets its slot (start_pos 0, the slot holding garbage), the
-// others carry their state; slots are a permutation with two slots no sequence uses (left bit for bit as they
-// were); then two more decode steps of all of them, carrying on.
+// Decode-only steps at the batches a server runs (1, 8, 64), both state dtypes: every third sequence resets its
+// slot (start_pos 0, the slot holding garbage), the others carry their state; slots are a permutation with two
+// slots no sequence uses (left bit for bit as they were); then two more decode steps of all of them, carrying on.
+void decode_steps(const Shape& sh) {
+  for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
+    for (const int batch : {1, 8, 64}) {
+      SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " d " +
+                   std::to_string(sh.d) + " batch " + std::to_string(batch) + " state " + dtype_name(dt));
+      std::mt19937_64 rng(test::new_seed());
+      const int slots = batch + 2;  // 3, 10, 66: all coprime to 7, so 7 i + 1 mod slots is a permutation
+      States st(dt, slots, sh, rng);
+      std::vector<Seq> seqs;
+      for (int i = 0; i < batch; ++i) seqs.push_back({1, i % 3 == 0 ? 0 : 40 + i, (7 * i + 1) % slots});
+      check_step(sh, seqs, 64, {}, &st, rng);
+      for (int step = 0; step < 2; ++step) {
+        for (Seq& s : seqs) s.start_pos += 1;
+        check_step(sh, seqs, 64, {}, &st, rng);
+      }
+    }
+}
+
+// Head_dim 64 (tiny-sala's heads) and 128 with grouped kv heads: the decode step's four tilings (fp32 / bf16
+// state, d 64 / 128).
 TEST(Lightning, DecodeStepsAtBatch1And8And64) {
   KT_SKIP_WITHOUT_GPU("lightning attention kernels");
-  for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
-    for (const Shape sh : {Shape{4, 4, 64}, Shape{8, 2, 128}, Shape{32, 32, 128}})
-      for (const int batch : {1, 8, 64}) {
-        SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " d " +
-                     std::to_string(sh.d) + " batch " + std::to_string(batch) + " state " + dtype_name(dt));
-        std::mt19937_64 rng(test::new_seed());
-        const int slots = batch + 2;  // 3, 10, 66: all coprime to 7, so 7 i + 1 mod slots is a permutation
-        States st(dt, slots, sh, rng);
-        std::vector<Seq> seqs;
-        for (int i = 0; i < batch; ++i) seqs.push_back({1, i % 3 == 0 ? 0 : 40 + i, (7 * i + 1) % slots});
-        check_step(sh, seqs, 64, {}, &st, rng);
-        for (int step = 0; step < 2; ++step) {
-          for (Seq& s : seqs) s.start_pos += 1;
-          check_step(sh, seqs, 64, {}, &st, rng);
-        }
-      }
+  decode_steps({4, 4, 64});
+  decode_steps({8, 2, 128});
+}
+
+TEST(Lightning, DecodeStepsAtBatch1And8And64ReleaseShape) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  decode_steps({32, 32, 128});  // MiniCPM-SALA's lightning layers
 }
 
 TEST(Lightning, CanImplementNamesTheFieldAndItsValues) {
