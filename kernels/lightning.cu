@@ -148,12 +148,16 @@ __global__ void __launch_bounds__(kDecodeThreads) lightning_decode_kernel(const 
   const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int cl = tid % kLanesPerRow, r0 = tid / kLanesPerRow;  // this thread: columns cl * kVec + [0, kVec), rows
   const int c0 = blockIdx.z * kCols + cl * kVec;              //   r0 + p * kRowsPerPass, p < kRows
-  pdl_wait();
+  // The step's layout (q_offsets, start_pos, seq_slots: copied from the host before the step, like the positions
+  // lightning_qk reads before its wait) and the decays (uploaded once) come from no kernel: read before the wait.
   const int t0 = a.q_offsets[s];
   if (a.q_offsets[s + 1] - t0 != 1) return;  // prefill sequences take the chunked kernel (uniform over the CTA)
   const bool reset = a.start_pos[s] == 0;
+  const int slot = a.seq_slots[s];
+  const float decay = expf(a.log_decay[h]);
+  pdl_wait();  // the state (written by this layer's kernels of earlier steps) and q, k, v (by lightning_qk) after it
   // c0 is a multiple of kVec and rows are D elements apart: every access is 16-byte aligned (the state is).
-  StateT* S = static_cast<StateT*>(a.state) + (int64_t(a.seq_slots[s]) * a.heads + h) * D * D + c0;
+  StateT* S = static_cast<StateT*>(a.state) + (int64_t(slot) * a.heads + h) * D * D + c0;
   uint4 raw[kRows];
 #pragma unroll
   for (int p = 0; p < kRows; ++p)  // zero bits are 0.0 in both dtypes: a reset starts from the zero state
@@ -173,7 +177,6 @@ __global__ void __launch_bounds__(kDecodeThreads) lightning_decode_kernel(const 
   }
 #pragma unroll
   for (int j = 0; j < kVec; ++j) vv[j] = __bfloat162float(v[j]);
-  const float decay = expf(a.log_decay[h]);
   float acc[kVec] = {};
 #pragma unroll
   for (int p = 0; p < kRows; ++p) {
