@@ -673,20 +673,23 @@ cudaError_t run_typed(const LightningArgs& a, cudaStream_t stream) {
 }
 
 // ---- output norm + gate -----------------------------------------------------------------------------------
-// A CTA per row, sized so that a row of up to kGatePer * 1024 = 4096 columns lives in registers: threads = width
-// / kGatePer rounded up to whole warps (at most 1024), thread tid holding columns tid + k * threads (each warp's
+// A CTA per row, sized so that a row of up to kGatePer * 512 = 4096 columns lives in registers: threads = width
+// / kGatePer rounded up to whole warps (at most 512), thread tid holding columns tid + k * threads (each warp's
 // access is one contiguous run: coalesced for any width and any alignment). Every thread asks for its attn, gate
 // and gamma values at once, so a decode step's rows cost one round of loads, one block reduction and the stores
 // (a loop of 256 threads over 4096 columns took 16 dependent rounds a pass). Columns past kGatePer * threads
-// (rows wider than 4096) are read in strided loops, twice.
-constexpr int kGatePer = 4;
-constexpr int kGateMaxThreads = 1024;
+// (rows wider than 4096) are read in strided loops, twice. 512 threads of 40-44 registers: 2-3 CTAs an SM, rows
+// overlapping one another in a prefill (1024 threads would need <= 32 registers for two, and spill there). The
+// attention output's dtype is a template parameter: one address stream, not two.
+constexpr int kGatePer = 8;
+constexpr int kGateMaxThreads = 512;
 
 int output_gate_threads(int width) {
   const int warps = ((width + kGatePer - 1) / kGatePer + 31) / 32;
   return 32 * std::min(std::max(warps, 1), kGateMaxThreads / 32);
 }
 
+template <bool kBf16Attn>
 __global__ void __launch_bounds__(kGateMaxThreads) output_gate_kernel(const OutputGateArgs a) {
   __shared__ float red[kGateMaxThreads / 32];
   pdl_launch_dependents();
@@ -703,7 +706,10 @@ __global__ void __launch_bounds__(kGateMaxThreads) output_gate_kernel(const Outp
   const float* xf = static_cast<const float*>(a.attn) + int64_t(t) * a.width;
   const __nv_bfloat16* xb = static_cast<const __nv_bfloat16*>(a.attn) + int64_t(t) * a.width;
   const __nv_bfloat16* gate = static_cast<const __nv_bfloat16*>(a.gate) + int64_t(t) * a.gate_stride;
-  auto x = [&](int c) { return a.attn_bf16 ? __bfloat162float(xb[c]) : xf[c]; };
+  auto x = [&](int c) {
+    if constexpr (kBf16Attn) return __bfloat162float(xb[c]);
+    else return xf[c];
+  };
   float xv[kGatePer], gv[kGatePer];
 #pragma unroll
   for (int k = 0; k < kGatePer; ++k) {
@@ -805,7 +811,9 @@ cudaError_t lightning_run(const LightningArgs& a, cudaStream_t stream) {
 
 cudaError_t output_gate_run(const OutputGateArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return cudaSuccess;
-  return launch(output_gate_kernel, dim3(a.tokens), output_gate_threads(a.width), 0, stream, a);
+  const int threads = output_gate_threads(a.width);
+  return a.attn_bf16 ? launch(output_gate_kernel<true>, dim3(a.tokens), threads, 0, stream, a)
+                     : launch(output_gate_kernel<false>, dim3(a.tokens), threads, 0, stream, a);
 }
 
 }  // namespace soartune::kernels

@@ -348,8 +348,8 @@ TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
 TEST(OutputGate, NormOverTheRowAndSigmoidGateMatchTheTwin) {
   KT_SKIP_WITHOUT_GPU("output norm + gate kernel");
   std::mt19937_64 rng(test::new_seed());
-  // Widths: tiny-sala's 256 and the release 4096 (whole rows in registers), 1, 33 and 100 (a partial warp),
-  // 4100 (a partial last column per thread) and 5000 (columns past the registers, read in the strided loops).
+  // Widths: tiny-sala's 256 and the release 4096 (whole rows in registers), 1, 33 and 100 (partial warps), 4100
+  // and 5000 (columns past the registers' 4096, read in the strided loops; 4100: only 4 of them).
   for (const int width : {256, 4096, 1, 33, 100, 4100, 5000})
    for (const int T : {1, 9, 64})
     for (const bool attn_bf16 : {false, true})
