@@ -104,10 +104,13 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SparseAttentionAr
   if (i0 >= nc) return;
   const int group = a.n_heads / a.n_kv_heads;
   const int n_chunks = (nc + kCk - 1) / kCk;
-  extern __shared__ float sm[];
+  // Compressed-key rows padded to D + 4 floats: 16-byte rows for float4 loads, and the 8 lanes of a float4
+  // load's phase (keys k .. k + 7) start 4 banks apart, so they hit all 32 banks once.
+  constexpr int kCs = D + 4;
+  extern __shared__ __align__(16) float sm[];
   float* qs = sm;                      // [group][D]
-  float* cs = qs + group * D;          // [kCk][D + 1]
-  float* ls = cs + kCk * (D + 1);      // [group][kCk] logits
+  float* cs = qs + group * D;          // [kCk][kCs]
+  float* ls = cs + kCk * kCs;          // [group][kCk] logits
   float* ms = ls + group * kCk;        // [group][2] pass 2: the head's max and sum over all chunks
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t q_stride = a.q_stride ? a.q_stride : int64_t(a.n_heads) * D;
@@ -118,24 +121,39 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SparseAttentionAr
     const int r = (4 * i) / D, e = (4 * i) % D;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (i0 + r < nc) v = *reinterpret_cast<const float4*>(ckb + int64_t(i0 + r) * D + e);
-    float* dst = cs + r * (D + 1) + e;
-    dst[0] = v.x;
-    dst[1] = v.y;
-    dst[2] = v.z;
-    dst[3] = v.w;
+    *reinterpret_cast<float4*>(cs + r * kCs + e) = v;
   }
   __syncthreads();
-  // Thread: key lane + 32 (warp % 2), heads warp / 2 + 4 j.
+  // Thread: key lane + 32 (warp % 2), heads warp / 2 + 4 j, four heads at a time so that one float4 of the key
+  // serves four dot products (the query's float4s are broadcasts). Each dot product is one chain of fused
+  // multiply-adds in element order, as the twin's loop (and a plain `dot += q * c` loop compiled with
+  // contraction), so the logits do not depend on how the heads are grouped.
   const float scale = 1.f / sqrtf(static_cast<float>(D));
   {
+    constexpr int kHeadStep = kScoreThreads / kCk;   // 4: threads k, k + 64, ... share a key
     const int k = lane + 32 * (warp % 2);
-    const float* c = cs + k * (D + 1);
-    for (int h = warp / 2; h < group; h += kScoreThreads / 64) {
-      const float* qh = qs + h * D;
-      float dot = 0.f;
-#pragma unroll 16
-      for (int e = 0; e < D; ++e) dot += qh[e] * c[e];
-      ls[h * kCk + k] = i0 + k < nc ? dot * scale : -INFINITY;
+    const float* c = cs + k * kCs;
+    for (int h0 = warp / 2; h0 < group; h0 += 4 * kHeadStep) {
+      // Heads h0 + kHeadStep j; those past the group compute a copy of the last head's row and are not stored.
+      const float* q4[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q4[j] = qs + min(h0 + kHeadStep * j, group - 1) * D;
+      float dot[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+      for (int e = 0; e < D; e += 4) {
+        const float4 cv = *reinterpret_cast<const float4*>(c + e);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float4 qv = *reinterpret_cast<const float4*>(q4[j] + e);
+          dot[j] = fmaf(qv.x, cv.x, dot[j]);
+          dot[j] = fmaf(qv.y, cv.y, dot[j]);
+          dot[j] = fmaf(qv.z, cv.z, dot[j]);
+          dot[j] = fmaf(qv.w, cv.w, dot[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (h0 + kHeadStep * j < group) ls[(h0 + kHeadStep * j) * kCk + k] = i0 + k < nc ? dot[j] * scale : -INFINITY;
     }
   }
   __syncthreads();
@@ -613,7 +631,7 @@ cudaError_t launch_attend_d(const SparseAttentionArgs& a, const SparseAttentionP
   return cudaErrorInvalidValue;
 }
 
-size_t scores_smem(int group, int d) { return size_t(group * d + kCk * (d + 1) + group * kCk + 2 * group) * sizeof(float); }
+size_t scores_smem(int group, int d) { return size_t(group * d + kCk * (d + 4) + group * kCk + 2 * group) * sizeof(float); }
 
 template <int D>
 cudaError_t launch_scores(const SparseAttentionArgs& a, const SparseAttentionPlan& p, char* ws, cudaStream_t stream) {
