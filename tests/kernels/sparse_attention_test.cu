@@ -468,8 +468,8 @@ TEST_F(SparseAttentionGpu, SelectionMatchesTwinExactly) {
                           << ": count " << counts[r] << ", twin " << n << (counts[r] == n ? ": lists differ" : "");
         }
       }
-    std::printf("selection %s: rows %d (%d selecting, up to %d blocks), mismatched %d\n", c.name, rows_total,
-                selecting, max_blocks_seen, mismatched);
+    std::printf("rows %d of the selection alone, %s (%d selecting, up to %d blocks): mismatched %d\n", rows_total,
+                c.name, selecting, max_blocks_seen, mismatched);
     EXPECT_EQ(mismatched, 0);
     EXPECT_GT(selecting, 0);
   }
