@@ -104,10 +104,13 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SparseAttentionAr
   if (i0 >= nc) return;
   const int group = a.n_heads / a.n_kv_heads;
   const int n_chunks = (nc + kCk - 1) / kCk;
-  extern __shared__ float sm[];
+  // Compressed-key rows padded to D + 4 floats: 16-byte rows for float4 loads, and the 8 lanes of a float4
+  // load's phase (keys k .. k + 7) start 4 banks apart, so they hit all 32 banks once.
+  constexpr int kCs = D + 4;
+  extern __shared__ __align__(16) float sm[];
   float* qs = sm;                      // [group][D]
-  float* cs = qs + group * D;          // [kCk][D + 1]
-  float* ls = cs + kCk * (D + 1);      // [group][kCk] logits
+  float* cs = qs + group * D;          // [kCk][kCs]
+  float* ls = cs + kCk * kCs;          // [group][kCk] logits
   float* ms = ls + group * kCk;        // [group][2] pass 2: the head's max and sum over all chunks
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t q_stride = a.q_stride ? a.q_stride : int64_t(a.n_heads) * D;
@@ -118,24 +121,39 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SparseAttentionAr
     const int r = (4 * i) / D, e = (4 * i) % D;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (i0 + r < nc) v = *reinterpret_cast<const float4*>(ckb + int64_t(i0 + r) * D + e);
-    float* dst = cs + r * (D + 1) + e;
-    dst[0] = v.x;
-    dst[1] = v.y;
-    dst[2] = v.z;
-    dst[3] = v.w;
+    *reinterpret_cast<float4*>(cs + r * kCs + e) = v;
   }
   __syncthreads();
-  // Thread: key lane + 32 (warp % 2), heads warp / 2 + 4 j.
+  // Thread: key lane + 32 (warp % 2), heads warp / 2 + 4 j, four heads at a time so that one float4 of the key
+  // serves four dot products (the query's float4s are broadcasts). Each dot product is one chain of fused
+  // multiply-adds in element order, as the twin's loop (and a plain `dot += q * c` loop compiled with
+  // contraction), so the logits do not depend on how the heads are grouped.
   const float scale = 1.f / sqrtf(static_cast<float>(D));
   {
+    constexpr int kHeadStep = kScoreThreads / kCk;   // 4: threads k, k + 64, ... share a key
     const int k = lane + 32 * (warp % 2);
-    const float* c = cs + k * (D + 1);
-    for (int h = warp / 2; h < group; h += kScoreThreads / 64) {
-      const float* qh = qs + h * D;
-      float dot = 0.f;
-#pragma unroll 16
-      for (int e = 0; e < D; ++e) dot += qh[e] * c[e];
-      ls[h * kCk + k] = i0 + k < nc ? dot * scale : -INFINITY;
+    const float* c = cs + k * kCs;
+    for (int h0 = warp / 2; h0 < group; h0 += 4 * kHeadStep) {
+      // Heads h0 + kHeadStep j; those past the group compute a copy of the last head's row and are not stored.
+      const float* q4[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q4[j] = qs + min(h0 + kHeadStep * j, group - 1) * D;
+      float dot[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+      for (int e = 0; e < D; e += 4) {
+        const float4 cv = *reinterpret_cast<const float4*>(c + e);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float4 qv = *reinterpret_cast<const float4*>(q4[j] + e);
+          dot[j] = fmaf(qv.x, cv.x, dot[j]);
+          dot[j] = fmaf(qv.y, cv.y, dot[j]);
+          dot[j] = fmaf(qv.z, cv.z, dot[j]);
+          dot[j] = fmaf(qv.w, cv.w, dot[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (h0 + kHeadStep * j < group) ls[(h0 + kHeadStep * j) * kCk + k] = i0 + k < nc ? dot[j] * scale : -INFINITY;
     }
   }
   __syncthreads();
@@ -175,7 +193,23 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SparseAttentionAr
 }
 
 // ---- select: pooled block scores, the keep() best by rank, ascending ----
+// The rule (the twin's sparse_keep_best_blocks): block k is kept iff fewer than keep blocks rank above it, j
+// ranking above k iff score[j] > score[k] or (score[j] == score[k] and j < k). In that strict total order the
+// kept blocks are the first keep; with T the keep-th largest score (counted with multiplicity) and A the
+// number of scores above T (A < keep), they are every block scoring above T and the keep - A lowest-indexed
+// blocks scoring T. T is found by a radix select (8 bits a pass, most significant first) over the scores'
+// order-preserving uint32 images: O(blocks) a pass instead of ranking every block against every other.
+
+// A float's order-preserving image: x < y iff key(x) < key(y), x == y iff key(x) == key(y) (so both zeros map
+// to one key, as -0 == +0). Pooled scores are never NaN (maxima of probabilities, +inf, -inf).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) == 0u) u = 0u;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SparseAttentionArgs a, SparseAttentionPlan p, char* ws) {
+  static_assert(kSelectThreads == 256, "one thread per radix bin");
   const int t = blockIdx.x, kvh = blockIdx.y;
   const int b = seq_of(a.q_offsets, a.batch, t);
   if (b < 0) return;
@@ -185,14 +219,15 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SparseAttentionA
   const int64_t row = int64_t(t) * a.n_kv_heads + kvh;
   int32_t* sel = reinterpret_cast<int32_t*>(ws + p.selected_off) + row * p.max_selected;
   int32_t* count = reinterpret_cast<int32_t*>(ws + p.counts_off) + row;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, lane = tid % 32;
   if (!d_selects(pos, sp)) {
     for (int i = tid; i < nblocks; i += kSelectThreads) sel[i] = i;
     if (tid == 0) *count = nblocks;
     return;
   }
-  extern __shared__ float score[];                                  // [max_blocks]
-  int* flag = reinterpret_cast<int*>(score + p.max_blocks);         // [max_blocks]
+  extern __shared__ uint32_t key[];   // [max_blocks] order_key of each block's score
+  __shared__ int hist[256];           // a pass's digit counts, then their suffix sums
+  __shared__ int found_digit, found_need;
   const float* summed = reinterpret_cast<const float*>(ws + p.summed_off) + row * p.ck_max;
   const int nc = min(d_compressed(pos + 1, sp), a.ck_capacity);
   const int r = sp.block_size / sp.kernel_stride, local = sp.window_size / sp.block_size;
@@ -203,27 +238,67 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SparseAttentionA
     } else {
       for (int i = max(0, k * r - 1); i < min(nc, k * r + r); ++i) m = fmaxf(m, summed[i]);
     }
-    score[k] = m;
+    key[k] = order_key(m);
   }
-  __syncthreads();
-  const int keep = sp.topk + local;
-  for (int k = tid; k < nblocks; k += kSelectThreads) {
-    const float s = score[k];
-    int rank = 0;
-    for (int j = 0; j < nblocks && rank < keep; ++j) {
-      const float o = score[j];
-      rank += (o > s) || (o == s && j < k);
+  int need = min(sp.topk + local, nblocks);
+  if (need == 0) {   // top-k 0 without a local window: nothing is kept (need is the CTA's, so all return)
+    if (tid == 0) *count = 0;
+    return;
+  }
+  // Radix select of T. Invariant at each pass: the blocks whose key agrees with `prefix` on the bits of `mask`
+  // number at least `need` >= 1 (at first all nblocks >= min(keep, nblocks)), and T is the need-th largest of
+  // them. The pass picks the largest digit d with (blocks of digit >= d) >= need, which exists as the count
+  // for digit 0 is all of them and for a digit past 255 none, and drops from need the blocks of a digit above
+  // d (fewer than need: need stays >= 1), which rank above T; summed over the passes those are exactly the A
+  // blocks above T, so the final need is keep - A, the number of blocks scoring T that are kept.
+  uint32_t prefix = 0u, mask = 0u;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    hist[tid] = 0;
+    __syncthreads();   // hist cleared; at the first pass also every key written
+    // Whole warps iterate together (base is uniform) so the lanes of one digit add once (__match_any_sync):
+    // the top digits of similar scores coincide, and 32 lanes adding to one shared counter would serialise.
+    for (int base = 0; base < nblocks; base += kSelectThreads) {
+      const int k = base + tid;
+      const uint32_t x = k < nblocks ? key[k] : 0u;
+      const bool counted = k < nblocks && (x & mask) == prefix;
+      const int digit = counted ? int((x >> shift) & 255u) : 256;
+      const unsigned peers = __match_any_sync(0xffffffffu, digit);
+      if (counted && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
     }
-    flag[k] = rank < keep;
+    __syncthreads();
+    // Suffix sums: hist[d] = blocks of digit >= d (Hillis-Steele, one bin a thread).
+    for (int off = 1; off < 256; off *= 2) {
+      const int v = tid + off < 256 ? hist[tid + off] : 0;
+      __syncthreads();
+      hist[tid] += v;
+      __syncthreads();
+    }
+    // hist is non-increasing with hist[0] >= need: exactly one thread finds the largest such digit.
+    const int above = tid < 255 ? hist[tid + 1] : 0;
+    if (hist[tid] >= need && above < need) {
+      found_digit = tid;
+      found_need = need - above;
+    }
+    __syncthreads();
+    prefix |= uint32_t(found_digit) << shift;
+    mask |= 255u << shift;
+    need = found_need;
+    __syncthreads();   // every thread has read hist and found_* before the next pass rewrites them
   }
-  __syncthreads();
+  // Ascending list: blocks above T, and the first `need` blocks scoring T in block order.
   if (tid < 32) {
-    int written = 0;
+    const unsigned below_lane = (1u << lane) - 1u;
+    int written = 0, ties = 0;
     for (int base = 0; base < nblocks; base += 32) {
-      const bool f = base + tid < nblocks && flag[base + tid];
+      const int k = base + lane;
+      const uint32_t x = k < nblocks ? key[k] : 0u;
+      const bool tie = k < nblocks && x == prefix;
+      const unsigned ties_here = __ballot_sync(0xffffffffu, tie);
+      const bool f = k < nblocks && (x > prefix || (tie && ties + __popc(ties_here & below_lane) < need));
       const unsigned ballot = __ballot_sync(0xffffffffu, f);
-      if (f) sel[written + __popc(ballot & ((1u << tid) - 1u))] = base + tid;
+      if (f) sel[written + __popc(ballot & below_lane)] = k;
       written += __popc(ballot);
+      ties += __popc(ties_here);
     }
     if (tid == 0) *count = written;
   }
@@ -556,7 +631,7 @@ cudaError_t launch_attend_d(const SparseAttentionArgs& a, const SparseAttentionP
   return cudaErrorInvalidValue;
 }
 
-size_t scores_smem(int group, int d) { return size_t(group * d + kCk * (d + 1) + group * kCk + 2 * group) * sizeof(float); }
+size_t scores_smem(int group, int d) { return size_t(group * d + kCk * (d + 4) + group * kCk + 2 * group) * sizeof(float); }
 
 template <int D>
 cudaError_t launch_scores(const SparseAttentionArgs& a, const SparseAttentionPlan& p, char* ws, cudaStream_t stream) {
@@ -655,7 +730,7 @@ cudaError_t sparse_attention_run(const SparseAttentionArgs& a, const SparseAtten
     if (e != cudaSuccess) return e;
   }
   if (stages & kSparseSelect) {
-    const size_t sel_smem = size_t(p.max_blocks) * (sizeof(float) + sizeof(int));
+    const size_t sel_smem = size_t(p.max_blocks) * sizeof(uint32_t);
     if ((e = allow_smem<select_kernel>(sel_smem)) != cudaSuccess) return e;
     select_kernel<<<dim3(a.total_q, a.n_kv_heads), kSelectThreads, sel_smem, stream>>>(a, p, ws);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;

@@ -23,7 +23,8 @@
 //              max and sum of exp of q . ck / sqrt(d); pass 2 recomputes the logits and writes the group's
 //              summed probabilities [total_q][n_kv][ck_max] to the workspace. fp32 SIMT, as the twin.
 //   select     grid (total_q, n_kv_heads): max-pooled block scores in shared memory, forced blocks +inf, the
-//              keep() best by rank (a strict order: higher score, then lower block), ascending block list.
+//              keep() best by rank (a strict order: higher score, then lower block), ascending block list;
+//              the keep()-th best score found by a radix select (4 passes of 8 bits), O(blocks) a pass.
 //   attend     grid (total_q, n_kv_heads * ceil(group / 16), splits), 4 warps: the group's query heads are the
 //              16 rows of one mma.sync m16n8k16 tile (bf16 caches in bf16, fp16 and fp8 in fp16), the
 //              selected blocks' tokens in tiles of 64 through shared memory (double-buffered cp.async), each

@@ -9,9 +9,6 @@ namespace soartune::kernels {
 
 void sparse_block_scores(const SparseParams& sp, const float* q, int group, int dim, const float* ck, int n_ck,
                          int pos, float* scratch, float* score) {
-  const int qb = pos / sp.block_size;
-  const int nblocks = qb + 1;
-  const int local = sp.local_blocks();
   // Compressed keys wholly at or before pos.
   const int nc = std::min(n_ck, sparse_compressed_keys(pos + 1, sp));
   float* summed = scratch;                       // [nc] group's score per compressed key
@@ -32,6 +29,13 @@ void sparse_block_scores(const SparseParams& sp, const float* q, int group, int 
     for (int i = 0; i < nc; ++i) sum += (logits[i] = std::exp(logits[i] - mx));
     for (int i = 0; i < nc; ++i) summed[i] += logits[i] / sum;
   }
+  sparse_pool_block_scores(sp, summed, nc, pos, score);
+}
+
+void sparse_pool_block_scores(const SparseParams& sp, const float* summed, int nc, int pos, float* score) {
+  const int qb = pos / sp.block_size;
+  const int nblocks = qb + 1;
+  const int local = sp.local_blocks();
   const int r = sp.block_size / sp.kernel_stride;
   const float inf = std::numeric_limits<float>::infinity();
   for (int b = 0; b < nblocks; ++b) {
@@ -45,6 +49,16 @@ void sparse_block_scores(const SparseParams& sp, const float* q, int group, int 
   }
 }
 
+int sparse_keep_best_blocks(const float* score, int nblocks, int keep, int* blocks) {
+  keep = std::min(keep, nblocks);
+  for (int b = 0; b < nblocks; ++b) blocks[b] = b;
+  std::partial_sort(blocks, blocks + keep, blocks + nblocks, [&](int a, int b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+  std::sort(blocks, blocks + keep);
+  return keep;
+}
+
 int sparse_select_blocks(const SparseParams& sp, const float* q, int group, int dim, const float* ck, int n_ck,
                          int pos, float* scratch, int* blocks) {
   const int nblocks = pos / sp.block_size + 1;
@@ -56,13 +70,7 @@ int sparse_select_blocks(const SparseParams& sp, const float* q, int group, int 
   const int nc = std::min(n_ck, sparse_compressed_keys(pos + 1, sp));
   float* score = scratch + 2 * (nc + 1);         // [nblocks]
   sparse_block_scores(sp, q, group, dim, ck, n_ck, pos, scratch, score);
-  // The `keep` best blocks, ties to the lower index, then in ascending order.
-  for (int b = 0; b < nblocks; ++b) blocks[b] = b;
-  std::partial_sort(blocks, blocks + keep, blocks + nblocks, [&](int a, int b) {
-    return score[a] > score[b] || (score[a] == score[b] && a < b);
-  });
-  std::sort(blocks, blocks + keep);
-  return keep;
+  return sparse_keep_best_blocks(score, nblocks, keep, blocks);
 }
 
 void sparse_compress_paged_ref(const SparseParams& sp, const PagedKvView& kv, const int32_t* pages, int kv_head,

@@ -82,6 +82,15 @@ void sparse_compress_keys(const SparseParams& sp, int first, int n, int dim, Key
 void sparse_block_scores(const SparseParams& sp, const float* q, int group, int dim, const float* ck, int n_ck,
                          int pos, float* scratch, float* score);
 
+// Step 3 alone: the block scores score [pos / block_size + 1] from the group's summed probabilities summed [nc]
+// of the compressed keys visible at pos (nc of them).
+void sparse_pool_block_scores(const SparseParams& sp, const float* summed, int nc, int pos, float* score);
+
+// Step 4 alone: the min(keep, nblocks) best blocks by score [nblocks] in the strict order "higher score, then
+// lower block" (scores compare as floats: -0 equals +0), written in ascending order to blocks [nblocks]; returns
+// their count.
+int sparse_keep_best_blocks(const float* score, int nblocks, int keep, int* blocks);
+
 // Selects the blocks for the query heads q [group][dim] at position `pos` (steps 2-4; the caller decides
 // dense_len), from the compressed keys ck [n_ck][dim] of its sequence (n_ck >= the windows visible at pos).
 // Writes the chosen block indices in ascending order to `blocks` ([sparse_max_blocks(pos + 1)]) and returns

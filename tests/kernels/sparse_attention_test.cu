@@ -330,5 +330,150 @@ TEST_F(SparseAttentionGpu, SmallShapesMatchTwin) {
   }
 }
 
+// Release top-k / window and dense_len at MiniCPM-SALA's 60k scale (938 blocks), a decode row and a prefill chunk
+// of another length in one batch, through every kernel against the twin.
+TEST_F(SparseAttentionGpu, LongContextMatchesTwin) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  run(kRelease, params(64, 2048, 8192), KvCacheDtype::kBf16, Step{{60000, 57000}, {1, 16}}, 0, seed);
+}
+
+// The select kernel alone against the twin's rule (sparse_pool_block_scores, then sparse_keep_best_blocks) on
+// summed probabilities written straight into the workspace, so both see the same floats and the block lists
+// must be equal on every row, no near-tie allowed. The values are chosen for the selection's edge cases: rows of
+// one value (every non-forced block ties; zeros of both signs, which compare equal), of a few levels (ties at
+// the boundary), of spread magnitudes (subnormals to 1e30: every byte of the radix select's keys decides
+// somewhere) and some -inf; forced blocks (+inf) more than keep; keep 0; rows just below, at and above the
+// block count where the selection starts (fewer blocks than keep: dense), prefill chunks crossing dense_len,
+// and 938 (60k tokens) up to 16384 blocks (the most a call allows).
+TEST_F(SparseAttentionGpu, SelectionMatchesTwinExactly) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  struct Case {
+    const char* name;
+    SparseParams sp;
+    Step step;
+  };
+  SparseParams odd = params(1, 256, 640);   // keep 5 < the 8 forced blocks (3 initial, 5 local)
+  odd.init_blocks = 3;
+  SparseParams none = params(0, 0, 640);    // keep 0: nothing selected
+  none.init_blocks = 0;
+  SparseParams bare = params(12, 0, 640);   // no local window, no initial block: only the own block forced
+  bare.init_blocks = 0;
+  const Case cases[] = {
+      {"release at 60k", params(64, 2048, 8192), Step{{60000, 59999, 8189, 30000}, {1, 3, 6, 40}}},
+      {"around keep", params(16, 512, 640), Step{{1400, 0, 1530}, {300, 700, 2}}},
+      {"forced beyond keep", odd, Step{{640, 5000}, {200, 3}}},
+      {"keep 0", none, Step{{700, 3000}, {5, 1}}},
+      {"no window", bare, Step{{900, 12345}, {100, 2}}},
+      {"16384 blocks", params(64, 2048, 8192), Step{{1048575, 700000, 100000}, {1, 2, 1}}},
+  };
+  const int n_heads = 4, n_kv = 2, D = 64, page = 16;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const SparseParams& sp = c.sp;
+    const int batch = static_cast<int>(c.step.prefix.size());
+    std::vector<int32_t> offs(batch + 1, 0), pre(batch), slot_ids(batch, 0);
+    int max_ctx = 0, max_q = 0;
+    for (int b = 0; b < batch; ++b) {
+      offs[b + 1] = offs[b] + c.step.q_len[b];
+      pre[b] = c.step.prefix[b];
+      max_ctx = std::max(max_ctx, pre[b] + c.step.q_len[b]);
+      max_q = std::max(max_q, c.step.q_len[b]);
+    }
+    const int total_q = offs[batch];
+    const int cap = std::max(1, sparse_compressed_keys(max_ctx, sp));
+    // Only the select kernel runs: the caches, q and out are never read, but the plan checks them.
+    DeviceBuf q_d(256), out_d(256), k(256), v(256), bt(256), ck(size_t(n_kv) * cap * D * 4), offs_d((batch + 1) * 4),
+        pre_d(batch * 4), slots_d(batch * 4);
+    upload(offs_d, offs);
+    upload(pre_d, pre);
+    upload(slots_d, slot_ids);
+    SparseAttentionArgs a;
+    a.q = q_d.p;
+    a.out = out_d.p;
+    a.k_cache = k.p;
+    a.v_cache = v.p;
+    a.block_table = static_cast<const int32_t*>(bt.p);
+    a.q_offsets = static_cast<const int32_t*>(offs_d.p);
+    a.prefix_lens = static_cast<const int32_t*>(pre_d.p);
+    a.ck = static_cast<float*>(ck.p);
+    a.ck_slots = static_cast<const int32_t*>(slots_d.p);
+    a.ck_capacity = cap;
+    a.batch = batch;
+    a.total_q = total_q;
+    a.max_q_len = max_q;
+    a.max_context = max_ctx;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv;
+    a.head_dim = D;
+    a.page_size = page;
+    a.block_table_stride = 1;
+    a.sp = sp;
+    SparseAttentionPlan plan;
+    const std::string err = sparse_attention_plan(a, sms_, 1, &plan);
+    ASSERT_EQ(err, "");
+    const int rows_total = total_q * n_kv;
+    // Row r's values: one kind per row, cycling.
+    std::vector<float> summed(size_t(rows_total) * plan.ck_max);
+    std::uniform_real_distribution<float> unit(0.f, 1.f);
+    for (int r = 0; r < rows_total; ++r) {
+      float* row = summed.data() + size_t(r) * plan.ck_max;
+      const int kind = r % 4;
+      for (int i = 0; i < plan.ck_max; ++i) {
+        float x;
+        switch (kind) {
+          case 0: x = rng() % 2 ? 0.f : -0.f; break;                                   // one value
+          case 1: x = float(rng() % 3) * 0.25f; if (x == 0.f && rng() % 2) x = -0.f; break;  // 3 levels
+          case 2: x = float(rng() % 40) / 8.f; break;                                    // 40 levels
+          default: x = unit(rng) * std::ldexp(1.f, int(rng() % 230) - 130); break;       // 2^-130 .. 2^100
+        }
+        if (rng() % 97 == 0) x = -INFINITY;
+        row[i] = x;
+      }
+    }
+    DeviceBuf ws(plan.workspace_bytes);
+    CUDA_CHECK(cudaMemcpy(static_cast<char*>(ws.p) + plan.summed_off, summed.data(), summed.size() * 4,
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(sparse_attention_run(a, plan, ws.p, nullptr, kSparseSelect));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<int32_t> sel(size_t(rows_total) * plan.max_selected), counts(rows_total);
+    CUDA_CHECK(cudaMemcpy(sel.data(), static_cast<char*>(ws.p) + plan.selected_off, sel.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(counts.data(), static_cast<char*>(ws.p) + plan.counts_off, counts.size() * 4, cudaMemcpyDeviceToHost));
+    int mismatched = 0, selecting = 0, max_blocks_seen = 0;
+    for (int b = 0; b < batch; ++b)
+      for (int j = 0; j < c.step.q_len[b]; ++j) {
+        const int t = offs[b] + j, pos = pre[b] + j, nblocks = pos / sp.block_size + 1;
+        max_blocks_seen = std::max(max_blocks_seen, nblocks);
+        for (int kvh = 0; kvh < n_kv; ++kvh) {
+          const int r = t * n_kv + kvh;
+          std::vector<int> want(nblocks);
+          int n = nblocks;
+          if (sparse_query_selects(pos, sp)) {
+            ++selecting;
+            std::vector<float> score(nblocks);
+            const int nc = std::min(cap, sparse_compressed_keys(pos + 1, sp));
+            sparse_pool_block_scores(sp, summed.data() + size_t(r) * plan.ck_max, nc, pos, score.data());
+            n = sparse_keep_best_blocks(score.data(), nblocks, sp.keep(), want.data());
+          } else {
+            for (int i = 0; i < nblocks; ++i) want[i] = i;
+          }
+          want.resize(n);
+          const std::vector<int> got(sel.begin() + int64_t(r) * plan.max_selected,
+                                     sel.begin() + int64_t(r) * plan.max_selected + std::clamp(counts[r], 0, plan.max_selected));
+          if (counts[r] == n && got == want) continue;
+          if (++mismatched <= 5)
+            ADD_FAILURE() << "token " << t << " (pos " << pos << ", " << nblocks << " blocks) kv head " << kvh
+                          << ": count " << counts[r] << ", twin " << n << (counts[r] == n ? ": lists differ" : "");
+        }
+      }
+    std::printf("rows %d of the selection alone, %s (%d selecting, up to %d blocks): mismatched %d\n", rows_total,
+                c.name, selecting, max_blocks_seen, mismatched);
+    EXPECT_EQ(mismatched, 0);
+    EXPECT_GT(selecting, 0);
+  }
+}
+
 }  // namespace
 }  // namespace soartune::kernels

@@ -121,9 +121,10 @@ void warm_ck(const Layer& L, const SparseParams& sp, int upto, int sms) {
   }
 }
 
-// The sparse call timed whole, then its selection (compression + scores + top-k) and its attention alone.
+// The sparse call timed whole, then its selection (compression + scores + top-k), the scores and the top-k
+// kernels each alone, and its attention alone.
 struct SparseTimes {
-  float whole_ms, select_ms, attend_ms;
+  float whole_ms, select_ms, scores_ms, topk_ms, attend_ms;
 };
 
 SparseTimes time_sparse(const SparseCall& c, int reps) {
@@ -131,14 +132,16 @@ SparseTimes time_sparse(const SparseCall& c, int reps) {
   t.whole_ms = median_ms([&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr)); }, reps);
   constexpr int kSelection = kSparseCompress | kSparseScores | kSparseSelect;
   t.select_ms = median_ms([&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr, kSelection)); }, reps);
+  t.scores_ms = median_ms([&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr, kSparseScores)); }, reps);
+  t.topk_ms = median_ms([&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr, kSparseSelect)); }, reps);
   t.attend_ms = median_ms([&] { CK(sparse_attention_run(c.a, c.plan, c.ws, nullptr, kSparseAttend)); }, reps);
   return t;
 }
 
 // One row of the table: the dense kernel against the sparse call.
 void print_row(const char* step, int batch, int ctx, int q_len, float dense_ms, const SparseTimes& t, int splits) {
-  std::printf("%-8s %5d %7d %6d %10.4f %10.4f %8.2f %7d %10.4f %10.4f\n", step, batch, ctx, q_len, dense_ms,
-              t.whole_ms, dense_ms / t.whole_ms, splits, t.select_ms, t.attend_ms);
+  std::printf("%-8s %5d %7d %6d %10.4f %10.4f %8.2f %7d %10.4f %10.4f %10.4f %10.4f\n", step, batch, ctx, q_len,
+              dense_ms, t.whole_ms, dense_ms / t.whole_ms, splits, t.select_ms, t.scores_ms, t.topk_ms, t.attend_ms);
 }
 
 void free_layer(Layer& L) {
@@ -164,10 +167,11 @@ int main() {
               "top-k %d, window %d, dense_len %d -> %d of %d blocks\n\n",
               kHeads, kKv, kD, kPage, sp.block_size, sp.topk, sp.window_size, sp.dense_len, sp.keep(),
               sparse_max_blocks(ctx, sp.block_size));
-  std::printf("%-8s %5s %7s %6s %10s %10s %8s %7s %10s %10s\n", "step", "batch", "context", "q_len", "dense_ms",
-              "sparse_ms", "speedup", "splits", "select_ms", "attend_ms");
-  std::printf("(sparse_ms: the whole call; select_ms: compression + scores + top-k alone; attend_ms: attention over the\n"
-              " chosen blocks alone)\n");
+  std::printf("%-8s %5s %7s %6s %10s %10s %8s %7s %10s %10s %10s %10s\n", "step", "batch", "context", "q_len",
+              "dense_ms", "sparse_ms", "speedup", "splits", "select_ms", "scores_ms", "topk_ms", "attend_ms");
+  std::printf("(sparse_ms: the whole call; select_ms: compression + scores + top-k alone; scores_ms: the two scores\n"
+              " passes alone; topk_ms: the block selection kernel alone; attend_ms: attention over the chosen blocks\n"
+              " alone)\n");
 
   for (int batch : {1, 8}) {
     Layer L = make_layer(batch, ctx, sp, sms);
