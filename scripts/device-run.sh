@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the CUDA area checks and measures on a lent GPU, in one call.
 #
-#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz | --with-model-xz] [--xz] [--with-sala-gz]
+#   scripts/device-run.sh bundle [BUILD_DIR] [--with-model | --with-model-gz | --with-model-xz] [--xz] [--with-sala-gz] [--baseline=DIR]
 #       (on the build machine) copies the executables of BUILD_DIR (default build-cuda) and their non-system
 #       shared libraries into .device/ (ignored by git), stripped; --with-model also copies the shared tiny
 #       model there for the whole-model test (--with-model-gz as a gzip tarball, 37 instead of 46 MB,
@@ -12,7 +12,7 @@
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
 #       tests sanitizer model bench peer e2e; also: sala, sala_bench, sala_sparse, timing, lightning,
-#       lightning_sanitizer, sparse, sparse_sanitizer, decode,
+#       lightning_sanitizer, sparse, sparse_sanitizer, baseline, decode,
 #       ncu_decode, ncu_gemv, sass, tables, tables8b, job8b, sala_job, gptq) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS). Steps run in the order
@@ -29,6 +29,7 @@ if [[ "$mode" == "bundle" ]]; then
   with_model=0
   pack=0
   with_sala=0
+  baseline_dir=""
   for a in "$@"; do
     case "$a" in
       --with-model) with_model=1 ;;
@@ -36,6 +37,7 @@ if [[ "$mode" == "bundle" ]]; then
       --with-model-xz) with_model=3 ;;
       --xz) pack=1 ;;
       --with-sala-gz) with_sala=1 ;;
+      --baseline=*) baseline_dir="${a#--baseline=}" ;;
       *) build="$a" ;;
     esac
   done
@@ -75,6 +77,15 @@ if [[ "$mode" == "bundle" ]]; then
   fi
   if [[ $with_sala -eq 1 ]]; then
     tar cf - -C "$here/../shared/models" tiny-sala | gzip -1 >"$bundle/tiny-sala.tgz"
+  fi
+  # --baseline=DIR: an earlier build's timing programs (DIR/soartune-bench, lightning_timing, sparse_attention_timing,
+  # e.g. an earlier bundle's bin/) go to bin/baseline/, for step `baseline` (the same timings side by side in one call).
+  if [[ -n "$baseline_dir" ]]; then
+    mkdir -p "$bundle/bin/baseline"
+    for exe in soartune-bench lightning_timing sparse_attention_timing; do
+      [[ -x "$baseline_dir/$exe" ]] && cp "$baseline_dir/$exe" "$bundle/bin/baseline/" && strip "$bundle/bin/baseline/$exe" 2>/dev/null
+    done
+    echo "bundle: baseline $(ls "$bundle/bin/baseline" | tr '\n' ' ')from $baseline_dir"
   fi
   if [[ $pack -eq 1 ]]; then
     tar cf - -C "$bundle" bin lib | xz -T2 -6 >"$bundle/exes.txz" && rm -rf "$bundle/bin" "$bundle/lib"
@@ -282,7 +293,7 @@ fi
 # with BUNDLE_EXES="soartune_kernel_gpu_tests".
 if want sparse_sanitizer; then
   if command -v compute-sanitizer >/dev/null; then
-    for tool in memcheck racecheck synccheck; do
+    for tool in ${SPARSE_SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
       step_timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
         --gtest_color=no --gtest_filter='SparseAttentionGpu.SmallShapesMatchTwin' >"$OUT/sparse_sanitizer_$tool.log" 2>&1
       note "compute-sanitizer $tool on the small sparse attention test: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sparse_sanitizer_$tool.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sparse_sanitizer_$tool.log" | tr '\n' ' ')"
@@ -321,6 +332,24 @@ fi
 # forced on every layer, for the side-by-side; DECODE_WEIGHTS narrows the formats, DECODE_ARGS adds bench
 # options (e.g. --kv-splits 8) and DECODE_TAG names the run in the logs. DECODE_BIN / DECODE_LIB run another
 # build of soartune-bench (e.g. the previous commit's, bundled by hand under .device/old) in the same call.
+# `baseline`: an earlier build's timing programs (bundle --baseline=DIR) beside this build's, in the same call and on
+# the same card: soartune-bench --only sala (SALA_REPS, SALA_ARGS as in sala_bench), lightning_timing and
+# sparse_attention_timing, each written to $OUT/baseline_<program>.txt next to the new build's own files.
+if want baseline; then
+  if [[ -d "$bin/baseline" ]]; then
+    [[ -x "$bin/baseline/soartune-bench" ]] && { step_timeout 200 "$bin/baseline/soartune-bench" --only sala \
+      --reps "${SALA_REPS:-10}" ${SALA_ARGS:-} >"$OUT/baseline_sala_bench.txt" 2>&1
+      note "baseline soartune-bench --only sala: rc=$?"; grep -E '^sala_dec|^llama_dec' "$OUT/baseline_sala_bench.txt" | tee -a "$summary"; }
+    for t in lightning_timing sparse_attention_timing; do
+      [[ -x "$bin/baseline/$t" ]] || continue
+      step_timeout 120 "$bin/baseline/$t" >"$OUT/baseline_$t.txt" 2>&1
+      note "baseline $t: rc=$?"
+    done
+  else
+    note "baseline: no bin/baseline in the bundle (bundle --baseline=DIR)"
+  fi
+fi
+
 if want decode; then
   for v in ${GEMV_VARIANTS:-auto}; do
     f="decode_$v${DECODE_TAG:-}"
