@@ -78,14 +78,17 @@ if [[ "$mode" == "bundle" ]]; then
   if [[ $with_sala -eq 1 ]]; then
     tar cf - -C "$here/../shared/models" tiny-sala | gzip -1 >"$bundle/tiny-sala.tgz"
   fi
-  # --baseline=DIR: an earlier build's timing programs (DIR/soartune-bench, lightning_timing, sparse_attention_timing,
-  # e.g. an earlier bundle's bin/) go to bin/baseline/, for step `baseline` (the same timings side by side in one call).
+  # --baseline=DIR: an earlier bundle, unpacked (DIR/bin, DIR/lib): its timing programs (soartune-bench,
+  # lightning_timing, sparse_attention_timing) go to bin/baseline/ and its own kernel library (the programs load
+  # the kernels from libsoartune_kernels_cuda.so, not from the executable) to bin/baseline/lib/, for step
+  # `baseline`: the same timings of both builds side by side in one call.
   if [[ -n "$baseline_dir" ]]; then
-    mkdir -p "$bundle/bin/baseline"
+    mkdir -p "$bundle/bin/baseline/lib"
     for exe in soartune-bench lightning_timing sparse_attention_timing; do
-      [[ -x "$baseline_dir/$exe" ]] && cp "$baseline_dir/$exe" "$bundle/bin/baseline/" && strip "$bundle/bin/baseline/$exe" 2>/dev/null
+      [[ -x "$baseline_dir/bin/$exe" ]] && cp "$baseline_dir/bin/$exe" "$bundle/bin/baseline/"
     done
-    echo "bundle: baseline $(ls "$bundle/bin/baseline" | tr '\n' ' ')from $baseline_dir"
+    cp "$baseline_dir"/lib/libsoartune_*.so* "$bundle/bin/baseline/lib/" 2>/dev/null
+    echo "bundle: baseline $(ls "$bundle/bin/baseline" "$bundle/bin/baseline/lib" | tr '\n' ' ')from $baseline_dir"
   fi
   if [[ $pack -eq 1 ]]; then
     tar cf - -C "$bundle" bin lib | xz -T2 -6 >"$bundle/exes.txz" && rm -rf "$bundle/bin" "$bundle/lib"
@@ -334,19 +337,21 @@ fi
 # build of soartune-bench (e.g. the previous commit's, bundled by hand under .device/old) in the same call.
 # `baseline`: an earlier build's timing programs (bundle --baseline=DIR) beside this build's, in the same call and on
 # the same card: soartune-bench --only sala (SALA_REPS, SALA_ARGS as in sala_bench), lightning_timing and
-# sparse_attention_timing, each written to $OUT/baseline_<program>.txt next to the new build's own files.
+# sparse_attention_timing, each written to $OUT/baseline_<program>.txt next to the new build's own files. They run
+# with the earlier build's kernel library (bin/baseline/lib first on the library path).
 if want baseline; then
-  if [[ -d "$bin/baseline" ]]; then
-    [[ -x "$bin/baseline/soartune-bench" ]] && { step_timeout 200 "$bin/baseline/soartune-bench" --only sala \
+  if [[ -d "$bin/baseline/lib" ]] && compgen -G "$bin/baseline/lib/libsoartune_*" >/dev/null; then
+    local_path="$bin/baseline/lib:$LD_LIBRARY_PATH"
+    [[ -x "$bin/baseline/soartune-bench" ]] && { LD_LIBRARY_PATH="$local_path" step_timeout 200 "$bin/baseline/soartune-bench" --only sala \
       --reps "${SALA_REPS:-10}" ${SALA_ARGS:-} >"$OUT/baseline_sala_bench.txt" 2>&1
       note "baseline soartune-bench --only sala: rc=$?"; grep -E '^sala_dec|^llama_dec' "$OUT/baseline_sala_bench.txt" | tee -a "$summary"; }
     for t in lightning_timing sparse_attention_timing; do
       [[ -x "$bin/baseline/$t" ]] || continue
-      step_timeout 120 "$bin/baseline/$t" >"$OUT/baseline_$t.txt" 2>&1
+      LD_LIBRARY_PATH="$local_path" step_timeout 120 "$bin/baseline/$t" >"$OUT/baseline_$t.txt" 2>&1
       note "baseline $t: rc=$?"
     done
   else
-    note "baseline: no bin/baseline in the bundle (bundle --baseline=DIR)"
+    note "baseline: no bin/baseline with its kernel library in the bundle (bundle --baseline=DIR)"
   fi
 fi
 
