@@ -6,9 +6,11 @@ configs against that noise, how well the screening levels rank the full level, a
 Scores follow search/scoring.cc with the default scoring (weights c1 0.4, c8 0.3, cinf 0.3; gate above 99 / 98 /
 97% -> 1 / 0.96 / 0.92, accuracy capped at 100) and durations relative to the fastest config of the same level, as
 bo_bench's replay and fidelity landscapes do; a config's truth is the per-metric median of its repeats (with 2
-repeats, their mean). Standard library only, so it runs wherever the table does.
+repeats, their mean). Standard library only, so it runs wherever the table does. The formula is the one of
+search/scoring.cc, restated here as scripts/botorch_peer.py restates it; --check-export holds it to bo_bench's own
+scores (its --export-landscape of the same table) and fails on any difference.
 
-Usage: table_noise_report.py TABLE.csv [--within PCT] [--bo-csv BO_BENCH_CSV] [--draws N]
+Usage: table_noise_report.py TABLE.csv [--within PCT] [--bo-csv BO_BENCH_CSV] [--draws N] [--check-export CSV]
   --bo-csv: bo_bench's per-seed output (`--csv`) of a replay run on the same table: adds how often each strategy
   reached the target within a third of random's expected median.
 """
@@ -118,6 +120,8 @@ def main():
     ap.add_argument("--within", type=float, default=1.0, help="target: within PCT%% of the best (bo_bench's --within)")
     ap.add_argument("--bo-csv", help="bo_bench --csv output of a replay run on the same table")
     ap.add_argument("--draws", type=int, default=10000, help="random repeat draws for the target-set stability")
+    ap.add_argument("--check-export", help="bo_bench --export-landscape of this table: its true_score per config must "
+                    "equal this script's full-level score")
     a = ap.parse_args()
     frac = 1 - a.within / 100
 
@@ -157,6 +161,15 @@ def main():
     med = level_scores(table, configs, full, median_pick)
     s0 = level_scores(table, configs, full, repeat_pick(0))
     s1 = level_scores(table, configs, full, repeat_pick(1))
+    if a.check_export:
+        with open(a.check_export, newline="") as f:
+            exported = {tuple(r[k] for k in knobs): float(r["true_score"]) for r in csv.DictReader(f)}
+        bad = [c for c in configs if c not in exported or abs(exported[c] - med[c]) > 1e-3 * max(1.0, med[c])]
+        if bad or len(exported) != len(configs):
+            sys.exit(f"{a.check_export}: bo_bench's scores differ from this script's for {len(bad)} configs "
+                     f"(e.g. {fmt_cfg(knobs, bad[0]) if bad else 'none'}), or its {len(exported)} configs are not "
+                     f"the table's {len(configs)}: the scoring restated here no longer matches search/scoring.cc")
+        print(f"  bo_bench's scores ({a.check_export}): equal to these for all {len(configs)} configs")
     top = sorted(configs, key=lambda c: -med[c])
     best = med[top[0]]
     print(f"  best {best:.3f}; target: >= {frac * best:.3f} ({a.within:g}% below the best)")
