@@ -300,9 +300,10 @@ TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
   KT_SKIP_WITHOUT_GPU("lightning q/k norm + RoPE kernel");
   std::mt19937_64 rng(test::new_seed());
   // {6, 3, 96}: a warp's heads straddle the q/k boundary, the last warp has heads past the end, and a lane's
-  // second pair is partial (48 pairs); {2, 1, 256}: four pairs a lane.
+  // second pair is partial (48 pairs); {2, 1, 256}: four pairs a lane. 1 and 37 tokens take the kernel's one-head
+  // form (up to 64 tokens), 100 its four-heads-a-warp form.
   for (const Shape sh : {Shape{4, 4, 64}, Shape{32, 32, 128}, Shape{8, 2, 128}, Shape{6, 3, 96}, Shape{2, 1, 256}})
-    for (const int T : {1, 37})
+    for (const int T : {1, 37, 100})
     for (const bool with_norm : {true, false})
     for (const bool with_rope : {true, false}) {
       SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " d " +
