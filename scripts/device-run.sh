@@ -589,9 +589,10 @@ record_table() {
   note "$step botorch peer (replay): rc=$? $(grep -E '"median_trials"|"unfinished"' "$OUT/${step}_botorch_replay.txt" | tr -d ' \n')"
 }
 
-# `tables`: tiny-llama-bpe4k with real accuracy, the 48-config GPU grid (on the H200, run 69: about 3.7 s of
-# references and 7.4 s a config, so the whole grid takes TABLE_DEADLINE=370, about 450 s with what follows: a
-# call of its own). TABLE_BACKEND=cpu and TABLE_ARGS (e.g. --limit 2) check the step's plumbing without a GPU.
+# `tables`: tiny-llama-bpe4k with real accuracy, the 48-config GPU grid (on the H200, run 72: 4.3 s of references
+# and about 6.5 s a config, 45 configs in 295 s at TABLE_DEADLINE=300, 331 s with what follows: the whole grid takes
+# TABLE_DEADLINE=330, a call of its own). TABLE_BACKEND=cpu and TABLE_ARGS (e.g. --limit 2) check the step's
+# plumbing without a GPU.
 if want tables; then
   record_table tables "${TABLE_BACKEND:-cuda}" tiny_gpu_fidelity_trials.csv
 fi
