@@ -16,6 +16,9 @@
 // against letting dependents in only after the wait). A dependent let in early still waits for this kernel's
 // completion before it reads what this kernel writes (pdl_wait() returns only once the whole chain before it
 // has completed), so this moves only when CTAs become resident and start their own prefetches, never results.
+// That chain holds only while every kernel launched this way waits in at least one CTA before its grid ends: a
+// grid that ends without a wait may complete before its own predecessor, and its successor's wait covers that
+// grid alone. An early return before the wait must therefore not be taken by every CTA of a launch.
 #pragma once
 
 #include <cuda_runtime.h>

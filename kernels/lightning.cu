@@ -154,7 +154,13 @@ __global__ void __launch_bounds__(kDecodeThreads) lightning_decode_kernel(const 
   // The step's layout (q_offsets, start_pos, seq_slots: copied from the host before the step, like the positions
   // lightning_qk reads before its wait) and the decays (uploaded once) come from no kernel: read before the wait.
   const int t0 = a.q_offsets[s];
-  if (a.q_offsets[s + 1] - t0 != 1) return;  // prefill sequences take the chunked kernel (uniform over the CTA)
+  // Prefill sequences take the chunked kernel (uniform over the CTA). Their CTAs still wait before they exit: a
+  // step of prefills alone would otherwise end this whole grid without a wait, and the chunked kernel's wait,
+  // which covers only this grid, would no longer cover lightning_qk's writes to q and k (kernels/launch.cuh).
+  if (a.q_offsets[s + 1] - t0 != 1) {
+    pdl_wait();
+    return;
+  }
   const bool reset = a.start_pos[s] == 0;
   const int slot = a.seq_slots[s];
   const float decay = expf(a.log_decay[h]);
