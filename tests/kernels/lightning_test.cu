@@ -3,7 +3,8 @@
 // mixed batches (prefill and decode sequences, resets at start_pos 0, carried states, GQA) over several steps,
 // every chunk size, fp32 and bf16 states, both prefill forms (tensor cores, CUDA cores; and kAuto on rows the
 // tensor-core form cannot read); decode-only steps at batch 1, 8 and 64; the output norm + gate at widths with
-// tails and at 1 to 64 rows; the can_implement messages.
+// tails and at 1 to 64 rows; the q/k rotation and a step launched back to back as the model launches them;
+// the can_implement messages.
 //
 // Tolerances, as ||gpu - twin|| / ||twin||: outputs and fp32 states 1e-4 (the same fp32 inputs; only the
 // order of fp32 sums differs from the twin's fp64 ones; the tensor-core form's bf16 hi + lo operands are exact
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -260,6 +262,83 @@ TEST(Lightning, DecodeStepsAtBatch1And8And64) {
 TEST(Lightning, DecodeStepsAtBatch1And8And64ReleaseShape) {
   KT_SKIP_WITHOUT_GPU("lightning attention kernels");
   decode_steps({32, 32, 128});  // MiniCPM-SALA's lightning layers
+}
+
+// q/k norm + RoPE, then the lightning step, launched back to back on one stream as the model launches them (both
+// with programmatic dependent launch), against the same two launches with a device synchronisation between them:
+// the outputs and the states must be the same bit for bit. The lightning step's decode grid runs first and its
+// chunked prefill waits only on that grid: if the decode grid could end without a wait (a step of prefills alone
+// gives it no decode sequence), the prefill would read q and k before the rotation has written them.
+TEST(Lightning, ChainedAfterQkNormEqualsTheSameLaunchesSynchronised) {
+  KT_SKIP_WITHOUT_GPU("lightning attention kernels");
+  const Shape sh{32, 32, 128};
+  const int width = (sh.heads + 2 * sh.kv_heads) * sh.d, stride = width + 8;
+  cudaStream_t stream = nullptr;
+  KT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // Prefills alone (long ones: the rotation of 3700 tokens takes long enough for a missing wait to show), a
+  // mixed step, and decode alone.
+  const std::vector<std::vector<Seq>> steps = {{{3000, 0, 0}, {700, 0, 2}}, {{2000, 0, 1}, {1, 50, 3}},
+                                               {{1, 10, 0}, {1, 20, 1}, {1, 0, 2}}};
+  for (const LightningStateDtype dt : {LightningStateDtype::kFp32, LightningStateDtype::kBf16})
+    for (const auto& seqs : steps) {
+      SCOPED_TRACE(std::string("state ") + dtype_name(dt) + ", " + std::to_string(seqs.size()) + " sequences, first " +
+                   std::to_string(seqs[0].tokens) + " tokens");
+      std::mt19937_64 rng(test::new_seed());
+      std::vector<int32_t> offsets = {0}, starts, slots, pos;
+      int max_tokens = 1;
+      for (const Seq& q : seqs) {
+        offsets.push_back(offsets.back() + q.tokens);
+        starts.push_back(q.start_pos), slots.push_back(q.slot);
+        max_tokens = std::max(max_tokens, q.tokens);
+        for (int i = 0; i < q.tokens; ++i) pos.push_back(q.start_pos + i);
+      }
+      const int T = offsets.back(), B = int(seqs.size());
+      std::vector<uint16_t> bits;
+      std::vector<float> unused;
+      test::random_bf16(rng, size_t(T) * stride, 3.f, &bits, &unused);
+      std::vector<float> gq(sh.d), gk(sh.d);
+      std::uniform_real_distribution<float> u(0.75f, 1.25f);
+      for (auto& x : gq) x = u(rng);
+      for (auto& x : gk) x = u(rng);
+      States st(dt, 4, sh, rng);
+      const size_t state_bytes = st.elems * lightning_state_bytes(dt);
+      const auto state0 = st.dev.download<uint8_t>(state_bytes);
+      const auto g = alibi_log_decay(sh.heads);
+      Dev dqkv(bits.size() * 2), dout(size_t(T) * sh.heads * sh.d * 4), doff(offsets.size() * 4), dstart(B * 4),
+          dslot(B * 4), dpos(T * 4), dg(g.size() * 4), dgq(sh.d * 4), dgk(sh.d * 4);
+      doff.upload(offsets), dstart.upload(starts), dslot.upload(slots), dpos.upload(pos), dg.upload(g);
+      dgq.upload(gq), dgk.upload(gk);
+      LightningQkArgs qa;
+      qa.qkv = dqkv.p, qa.row_stride = stride, qa.q_norm = dgq.as<float>(), qa.k_norm = dgk.as<float>();
+      qa.positions = dpos.as<int32_t>(), qa.rope = true, qa.rope_theta = 10000.f, qa.eps = 1e-6f, qa.tokens = T;
+      qa.heads = sh.heads, qa.kv_heads = sh.kv_heads, qa.head_dim = sh.d;
+      LightningArgs a;
+      a.qkv = dqkv.p, a.row_stride = stride, a.out = dout.as<float>(), a.state = st.dev.p, a.state_dtype = dt;
+      a.slots = st.slots, a.q_offsets = doff.as<int32_t>(), a.start_pos = dstart.as<int32_t>();
+      a.seq_slots = dslot.as<int32_t>(), a.log_decay = dg.as<float>(), a.scale = 1.f / std::sqrt(float(sh.d));
+      a.batch = B, a.max_tokens = max_tokens, a.chunk = 64, a.heads = sh.heads, a.kv_heads = sh.kv_heads;
+      a.head_dim = sh.d, a.prefill_form = LightningPrefillForm::kAuto;
+      ASSERT_EQ(lightning_qk_can_implement(qa), "");
+      ASSERT_EQ(lightning_can_implement(a), "");
+      std::vector<float> out[2];
+      std::vector<uint8_t> state[2];
+      for (const bool synchronised : {true, false}) {
+        dqkv.upload(bits), st.dev.upload(state0), dout.poison();
+        KT_CUDA(cudaDeviceSynchronize());
+        KT_CUDA(lightning_qk_run(qa, stream));
+        if (synchronised) KT_CUDA(cudaStreamSynchronize(stream));
+        KT_CUDA(lightning_run(a, stream));
+        KT_CUDA(cudaStreamSynchronize(stream));
+        out[synchronised] = dout.download<float>(size_t(T) * sh.heads * sh.d);
+        state[synchronised] = st.dev.download<uint8_t>(state_bytes);
+      }
+      size_t out_diff = 0, state_diff = 0;
+      for (size_t i = 0; i < out[0].size(); ++i) out_diff += std::memcmp(&out[0][i], &out[1][i], 4) != 0;
+      for (size_t i = 0; i < state[0].size(); ++i) state_diff += state[0][i] != state[1][i];
+      EXPECT_EQ(out_diff, 0u) << "outputs differ between the chained and the synchronised launches";
+      EXPECT_EQ(state_diff, 0u) << "state bytes differ between the chained and the synchronised launches";
+    }
+  KT_CUDA(cudaStreamDestroy(stream));
 }
 
 TEST(Lightning, CanImplementNamesTheFieldAndItsValues) {
