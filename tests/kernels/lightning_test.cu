@@ -46,6 +46,14 @@ std::vector<float> alibi_log_decay(int heads) {
   return g;
 }
 
+// q or k RMSNorm weights, near 1.
+std::vector<float> norm_weights(std::mt19937_64& rng, int d) {
+  std::uniform_real_distribution<float> u(0.75f, 1.25f);
+  std::vector<float> w(d);
+  for (auto& x : w) x = u(rng);
+  return w;
+}
+
 struct Shape {
   int heads, kv_heads, d;
 };
@@ -296,10 +304,7 @@ TEST(Lightning, ChainedAfterQkNormEqualsTheSameLaunchesSynchronised) {
       std::vector<uint16_t> bits;
       std::vector<float> unused;
       test::random_bf16(rng, size_t(T) * stride, 3.f, &bits, &unused);
-      std::vector<float> gq(sh.d), gk(sh.d);
-      std::uniform_real_distribution<float> u(0.75f, 1.25f);
-      for (auto& x : gq) x = u(rng);
-      for (auto& x : gk) x = u(rng);
+      const std::vector<float> gq = norm_weights(rng, sh.d), gk = norm_weights(rng, sh.d);
       States st(dt, 4, sh, rng);
       const size_t state_bytes = st.elems * lightning_state_bytes(dt);
       const auto state0 = st.dev.download<uint8_t>(state_bytes);
@@ -392,10 +397,7 @@ TEST(LightningQk, NormAndRopeInPlaceMatchTheTwinAndLeaveVAlone) {
       std::vector<uint16_t> bits;
       std::vector<float> vals;
       test::random_bf16(rng, size_t(T) * stride, 3.f, &bits, &vals);
-      std::vector<float> gq(sh.d), gk(sh.d);
-      std::uniform_real_distribution<float> u(0.75f, 1.25f);
-      for (auto& x : gq) x = u(rng);
-      for (auto& x : gk) x = u(rng);
+      const std::vector<float> gq = norm_weights(rng, sh.d), gk = norm_weights(rng, sh.d);
       std::vector<int32_t> pos(T);
       for (int i = 0; i < T; ++i) pos[i] = T == 1 ? 60000 + int(rng() % 5536) : i < 5 ? i : int(rng() % 65536);
       Dev dqkv(bits.size() * 2), dgq(sh.d * 4), dgk(sh.d * 4), dpos(T * 4);
