@@ -284,28 +284,6 @@ kernel_tests_then_timing() {
   fi
 }
 
-# InfLLM-v2 sparse attention (kernels/sparse_attention.cu): its GPU tests against the CPU twin (>= 16k-token
-# contexts, dense_len lowered), then one softmax layer at 60k tokens, sparse against the dense paged kernels
-# (tests/kernels/sparse_attention_timing.cu). Bundle with BUNDLE_EXES="soartune_kernel_gpu_tests sparse_attention_timing".
-if want sparse; then
-  kernel_tests_then_timing sparse 'SparseAttention*' 300 '^rows|^plan|^mismatch|Failure|FAILED' sparse_attention_timing
-fi
-
-# The sparse attention kernels under compute-sanitizer: memcheck, racecheck (the attend kernel reuses its tile
-# buffers for the warps' merge) and synccheck on the small-shape test (tiny-sala's heads, 2-3k tokens). Bundle
-# with BUNDLE_EXES="soartune_kernel_gpu_tests".
-if want sparse_sanitizer; then
-  if command -v compute-sanitizer >/dev/null; then
-    for tool in ${SPARSE_SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
-      step_timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
-        --gtest_color=no --gtest_filter='SparseAttentionGpu.SmallShapesMatchTwin' >"$OUT/sparse_sanitizer_$tool.log" 2>&1
-      note "compute-sanitizer $tool on the small sparse attention test: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sparse_sanitizer_$tool.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sparse_sanitizer_$tool.log" | tr '\n' ' ')"
-    done
-  else
-    note "compute-sanitizer: not found"
-  fi
-fi
-
 # Lightning attention (MiniCPM-SALA): its GPU tests against the CPU twins, then its timing program
 # (tests/kernels/lightning_timing.cu, the release shape: decode batch 1 / 8 / 64, prefill of 4k and 60k tokens).
 if want lightning; then
@@ -331,10 +309,28 @@ if want lightning_sanitizer; then
   fi
 fi
 
-# Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)
-# forced on every layer, for the side-by-side; DECODE_WEIGHTS narrows the formats, DECODE_ARGS adds bench
-# options (e.g. --kv-splits 8) and DECODE_TAG names the run in the logs. DECODE_BIN / DECODE_LIB run another
-# build of soartune-bench (e.g. the previous commit's, bundled by hand under .device/old) in the same call.
+# InfLLM-v2 sparse attention (kernels/sparse_attention.cu): its GPU tests against the CPU twin (>= 16k-token
+# contexts, dense_len lowered), then one softmax layer at 60k tokens, sparse against the dense paged kernels
+# (tests/kernels/sparse_attention_timing.cu). Bundle with BUNDLE_EXES="soartune_kernel_gpu_tests sparse_attention_timing".
+if want sparse; then
+  kernel_tests_then_timing sparse 'SparseAttention*' 300 '^rows|^plan|^mismatch|Failure|FAILED' sparse_attention_timing
+fi
+
+# The sparse attention kernels under compute-sanitizer: memcheck, racecheck (the attend kernel reuses its tile
+# buffers for the warps' merge) and synccheck on the small-shape test (tiny-sala's heads, 2-3k tokens). Bundle
+# with BUNDLE_EXES="soartune_kernel_gpu_tests".
+if want sparse_sanitizer; then
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in ${SPARSE_SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
+      step_timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/soartune_kernel_gpu_tests" \
+        --gtest_color=no --gtest_filter='SparseAttentionGpu.SmallShapesMatchTwin' >"$OUT/sparse_sanitizer_$tool.log" 2>&1
+      note "compute-sanitizer $tool on the small sparse attention test: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sparse_sanitizer_$tool.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED|SKIPPED) .*tests?[,.]' "$OUT/sparse_sanitizer_$tool.log" | tr '\n' ' ')"
+    done
+  else
+    note "compute-sanitizer: not found"
+  fi
+fi
+
 # `baseline`: an earlier build's timing programs (bundle --baseline=DIR) beside this build's, in the same call and on
 # the same card: soartune-bench --only sala (SALA_REPS, SALA_ARGS as in sala_bench), lightning_timing and
 # sparse_attention_timing, each written to $OUT/baseline_<program>.txt next to the new build's own files. They run
@@ -355,6 +351,10 @@ if want baseline; then
   fi
 fi
 
+# Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)
+# forced on every layer, for the side-by-side; DECODE_WEIGHTS narrows the formats, DECODE_ARGS adds bench
+# options (e.g. --kv-splits 8) and DECODE_TAG names the run in the logs. DECODE_BIN / DECODE_LIB run another
+# build of soartune-bench (e.g. the previous commit's, bundled by hand under .device/old) in the same call.
 if want decode; then
   for v in ${GEMV_VARIANTS:-auto}; do
     f="decode_$v${DECODE_TAG:-}"
