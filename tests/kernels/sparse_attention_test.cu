@@ -36,6 +36,28 @@ namespace {
 using test::DeviceBuf;
 using test::upload;
 
+// The arguments every test call shares: the caches and their block table, the compressed keys and their slots,
+// the model's shape and the sparse parameters. Each test sets the step's own fields (q, out, offsets, ...).
+SparseAttentionArgs shape_args(const void* k_cache, const void* v_cache, const void* block_table, void* ck,
+                               const void* ck_slots, int ck_capacity, int batch, int max_context, int n_heads,
+                               int n_kv_heads, int head_dim, int page_size, const SparseParams& sp) {
+  SparseAttentionArgs a;
+  a.k_cache = k_cache;
+  a.v_cache = v_cache;
+  a.block_table = static_cast<const int32_t*>(block_table);
+  a.ck = static_cast<float*>(ck);
+  a.ck_slots = static_cast<const int32_t*>(ck_slots);
+  a.ck_capacity = ck_capacity;
+  a.batch = batch;
+  a.max_context = max_context;
+  a.n_heads = n_heads;
+  a.n_kv_heads = n_kv_heads;
+  a.head_dim = head_dim;
+  a.page_size = page_size;
+  a.sp = sp;
+  return a;
+}
+
 struct Step {
   std::vector<int> prefix;   // tokens cached before the tested step
   std::vector<int> q_len;    // the tested step's tokens per sequence
@@ -100,24 +122,11 @@ class SparseAttentionGpu : public ::testing::Test {
     DeviceBuf slots_d(batch * 4);
     upload(slots_d, slot_ids);
 
-    SparseAttentionArgs a;
-    a.k_cache = k.p;
-    a.v_cache = v.p;
-    a.block_table = static_cast<const int32_t*>(bt.p);
-    a.ck = static_cast<float*>(ck.p);
-    a.ck_slots = static_cast<const int32_t*>(slots_d.p);
-    a.ck_capacity = cap;
-    a.batch = batch;
-    a.max_context = max_ctx;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv;
-    a.head_dim = D;
-    a.page_size = page;
+    SparseAttentionArgs a = shape_args(k.p, v.p, bt.p, ck.p, slots_d.p, cap, batch, max_ctx, n_heads, n_kv, D, page, sp);
     a.block_table_stride = cache.block_table_stride;
     a.kv_dtype = kv_dtype;
     a.k_scale = cache.k_scale;
     a.v_scale = cache.v_scale;
-    a.sp = sp;
 
     // Prefill every sequence's prefix through the kernels, a chunk at a time (q zero: outputs unused).
     {
@@ -390,27 +399,14 @@ TEST_F(SparseAttentionGpu, SelectionMatchesTwinExactly) {
     upload(offs_d, offs);
     upload(pre_d, pre);
     upload(slots_d, slot_ids);
-    SparseAttentionArgs a;
+    SparseAttentionArgs a = shape_args(k.p, v.p, bt.p, ck.p, slots_d.p, cap, batch, max_ctx, n_heads, n_kv, D, page, sp);
     a.q = q_d.p;
     a.out = out_d.p;
-    a.k_cache = k.p;
-    a.v_cache = v.p;
-    a.block_table = static_cast<const int32_t*>(bt.p);
     a.q_offsets = static_cast<const int32_t*>(offs_d.p);
     a.prefix_lens = static_cast<const int32_t*>(pre_d.p);
-    a.ck = static_cast<float*>(ck.p);
-    a.ck_slots = static_cast<const int32_t*>(slots_d.p);
-    a.ck_capacity = cap;
-    a.batch = batch;
     a.total_q = total_q;
     a.max_q_len = max_q;
-    a.max_context = max_ctx;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv;
-    a.head_dim = D;
-    a.page_size = page;
     a.block_table_stride = 1;
-    a.sp = sp;
     SparseAttentionPlan plan;
     const std::string err = sparse_attention_plan(a, sms_, 1, &plan);
     ASSERT_EQ(err, "");
