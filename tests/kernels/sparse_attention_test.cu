@@ -58,6 +58,17 @@ SparseAttentionArgs shape_args(const void* k_cache, const void* v_cache, const v
   return a;
 }
 
+// A step's own arguments: its queries, outputs, offsets and prefix lengths (device buffers) and token counts.
+void set_step(SparseAttentionArgs& a, const void* q, void* out, const void* q_offsets, const void* prefix_lens,
+              int total_q, int max_q_len) {
+  a.q = q;
+  a.out = out;
+  a.q_offsets = static_cast<const int32_t*>(q_offsets);
+  a.prefix_lens = static_cast<const int32_t*>(prefix_lens);
+  a.total_q = total_q;
+  a.max_q_len = max_q_len;
+}
+
 struct Step {
   std::vector<int> prefix;   // tokens cached before the tested step
   std::vector<int> q_len;    // the tested step's tokens per sequence
@@ -145,12 +156,7 @@ class SparseAttentionGpu : public ::testing::Test {
         upload(offs_d, offs);
         upload(pre_d, pre);
         SparseAttentionArgs c = a;
-        c.q = q0.p;
-        c.out = out0.p;
-        c.q_offsets = static_cast<const int32_t*>(offs_d.p);
-        c.prefix_lens = static_cast<const int32_t*>(pre_d.p);
-        c.total_q = offs[batch];
-        c.max_q_len = chunk;
+        set_step(c, q0.p, out0.p, offs_d.p, pre_d.p, offs[batch], chunk);
         SparseAttentionPlan plan;
         const std::string err = sparse_attention_plan(c, sms_, 0, &plan);
         EXPECT_EQ(err, "");
@@ -172,12 +178,7 @@ class SparseAttentionGpu : public ::testing::Test {
     upload(q_d, q.raw);
     upload(offs_d, offs);
     upload(pre_d, pre);
-    a.q = q_d.p;
-    a.out = out_d.p;
-    a.q_offsets = static_cast<const int32_t*>(offs_d.p);
-    a.prefix_lens = static_cast<const int32_t*>(pre_d.p);
-    a.total_q = total_q;
-    a.max_q_len = max_q;
+    set_step(a, q_d.p, out_d.p, offs_d.p, pre_d.p, total_q, max_q);
     SparseAttentionPlan plan;
     const std::string err = sparse_attention_plan(a, sms_, splits, &plan);
     EXPECT_EQ(err, "");
@@ -400,12 +401,7 @@ TEST_F(SparseAttentionGpu, SelectionMatchesTwinExactly) {
     upload(pre_d, pre);
     upload(slots_d, slot_ids);
     SparseAttentionArgs a = shape_args(k.p, v.p, bt.p, ck.p, slots_d.p, cap, batch, max_ctx, n_heads, n_kv, D, page, sp);
-    a.q = q_d.p;
-    a.out = out_d.p;
-    a.q_offsets = static_cast<const int32_t*>(offs_d.p);
-    a.prefix_lens = static_cast<const int32_t*>(pre_d.p);
-    a.total_q = total_q;
-    a.max_q_len = max_q;
+    set_step(a, q_d.p, out_d.p, offs_d.p, pre_d.p, total_q, max_q);
     a.block_table_stride = 1;
     SparseAttentionPlan plan;
     const std::string err = sparse_attention_plan(a, sms_, 1, &plan);
