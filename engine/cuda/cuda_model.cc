@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "core/kernel_variants.h"
-#include "engine/uninit_vector.h"
+#include "engine/cuda/staged_upload.h"
+#include "engine/linear_layout.h"
 #include "kernels/activation.cuh"
 #include "kernels/attention_prefill.cuh"
 #include "kernels/norm.cuh"
@@ -37,10 +39,6 @@ namespace kn = soartune::kernels;
 namespace {
 
 constexpr size_t kCublasWorkspace = 32u << 20;
-
-int values_per_chunk(kn::WeightFormat f) {
-  return f == kn::WeightFormat::kInt4 ? 32 : f == kn::WeightFormat::kInt8 ? 16 : 8;
-}
 
 }  // namespace
 
@@ -96,66 +94,30 @@ Status CudaModel::alloc(void** p, size_t bytes) {
 
 // ---- weights ----
 
-Status CudaModel::upload_linear(const std::vector<const QuantizedLinear*>& parts, kn::DeviceLinear* out,
-                                bool interleave_gate_up) {
-  const QuantizedLinear& p0 = *parts[0];
-  int n = 0;
-  for (const QuantizedLinear* p : parts) {
-    if (p->in != p0.in || p->bits != p0.bits || p->group_size != p0.group_size || p->dtype16 != p0.dtype16)
-      return Status::Invalid("weights: fused projections must share input width, bits and group size");
-    n += p->out;
-  }
-  const int k = p0.in;
+Status CudaModel::upload_linear(StagedUpload& up, const std::vector<const QuantizedLinear*>& parts,
+                                kn::DeviceLinear* out, bool interleave_gate_up) {
+  auto made = LinearLayout::make(parts, interleave_gate_up);
+  if (!made.ok()) return made.status();
+  const LinearLayout& layout = made.value();
   kn::DeviceLinear d;
-  d.n = n;
-  d.k = k;
-  if (p0.bits == 16) {
-    d.format = p0.dtype16 == Dtype16::kFP16 ? kn::WeightFormat::kFp16 : kn::WeightFormat::kBf16;
-  } else if (p0.bits == 8) {
-    d.format = kn::WeightFormat::kInt8;
-  } else if (p0.bits == 4) {
-    d.format = kn::WeightFormat::kInt4;
-  } else {
-    return core::disallowed(*core::find_knob("weight_bits"), std::to_string(p0.bits), "weight_bits");
-  }
-  d.group = p0.bits == 16 ? 0 : (p0.group_size == 0 ? k : p0.group_size);
-  if (k % values_per_chunk(d.format) != 0)
-    return Status::Invalid("weights: input width " + std::to_string(k) + " is not a multiple of " +
-                           std::to_string(values_per_chunk(d.format)) + " for " + kn::weight_format_name(d.format));
-  const size_t wb = kn::weight_bytes(d.format, n, k);
+  d.format = layout.format();
+  d.n = layout.n();
+  d.k = layout.k();
+  d.group = layout.group();
   void* w = nullptr;
-  SOARTUNE_STATUS_TRY(alloc(&w, wb));
-  UninitVector<uint8_t> host(wb);   // every byte written below (the parts fill wb exactly), so not zeroed first
-  size_t off = 0;
-  std::vector<float> scales;
-  for (const QuantizedLinear* p : parts) {
-    if (p0.bits == 16) {
-      std::memcpy(host.data() + off, p->w16.data(), p->w16.size() * 2);
-      off += p->w16.size() * 2;
-    } else if (p0.bits == 8) {
-      std::memcpy(host.data() + off, p->q.data(), p->q.size());
-      off += p->q.size();
-    } else {
-      kn::pack_int4_rows(p->q.data(), p->out, k, host.data() + off);
-      off += size_t(p->out) * k / 2;
-    }
-    scales.insert(scales.end(), p->scales.begin(), p->scales.end());
-  }
-  if (interleave_gate_up) {
-    if (parts.size() != 2 || parts[0]->out != parts[1]->out || parts[0]->out % 8 != 0)
-      return Status::Internal("weights: interleaving gate|up needs two parts of equal width, a multiple of 8");
-    kn::interleave_gate_up(host.data(), wb / n, scales.empty() ? nullptr : scales.data(), scales.size() / n,
-                           parts[0]->out);
-  }
-  SOARTUNE_CUDA_TRY(cudaMemcpy(w, host.data(), wb, cudaMemcpyHostToDevice));
+  SOARTUNE_STATUS_TRY(alloc(&w, layout.weight_bytes()));
+  SOARTUNE_STATUS_TRY(up.copy_rows(w, d.n, layout.row_bytes(),
+                                   [&](int r0, int r1, uint8_t* dst) { layout.write_rows(r0, r1, dst); }));
   d.w = w;
-  weight_bytes_ += wb;
-  if (p0.bits != 16) {
+  weight_bytes_ += layout.weight_bytes();
+  if (layout.scale_bytes() > 0) {
     void* s = nullptr;
-    SOARTUNE_STATUS_TRY(alloc(&s, scales.size() * 4));
-    SOARTUNE_CUDA_TRY(cudaMemcpy(s, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+    SOARTUNE_STATUS_TRY(alloc(&s, layout.scale_bytes()));
+    SOARTUNE_STATUS_TRY(up.copy_rows(s, d.n, size_t(layout.scales_per_row()) * 4, [&](int r0, int r1, uint8_t* dst) {
+      layout.write_scales(r0, r1, reinterpret_cast<float*>(dst));
+    }));
     d.scales = static_cast<float*>(s);
-    weight_bytes_ += scales.size() * 4;
+    weight_bytes_ += layout.scale_bytes();
   }
   *out = d;
   return Status::Ok();
@@ -173,14 +135,25 @@ static Status upload_floats(const std::vector<float>& v, float** out,
 Status CudaModel::upload(const ModelWeights& w) {
   cfg_ = w.config;
   auto al = [this](void** p, size_t b) { return alloc(p, b); };
+  // Through two pinned slices, filled by the host's threads (engine/cuda/staged_upload.h).
+  StagedUpload up;
+  SOARTUNE_STATUS_TRY(up.init(size_t(64) << 20, int(std::max(1u, std::min(16u, std::thread::hardware_concurrency())))));
   // Embedding rows are gathered as bf16.
   {
     const QuantizedLinear& e = w.embed;
-    std::vector<uint16_t> bf(e.w16.size());
-    for (size_t i = 0; i < bf.size(); ++i)
-      bf[i] = e.dtype16 == Dtype16::kFP16 ? kn::f32_to_bf16(kn::fp16_to_f32(e.w16[i])) : e.w16[i];
-    SOARTUNE_STATUS_TRY(alloc(&embed_, bf.size() * 2));
-    SOARTUNE_CUDA_TRY(cudaMemcpy(embed_, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice));
+    const size_t row = size_t(e.in);
+    if (e.w16.size() != size_t(e.out) * row) return Status::Internal("weights: the embedding does not match its shape");
+    SOARTUNE_STATUS_TRY(alloc(&embed_, e.w16.size() * 2));
+    SOARTUNE_STATUS_TRY(up.copy_rows(embed_, e.out, row * 2, [&](int r0, int r1, uint8_t* dst) {
+      uint16_t* o = reinterpret_cast<uint16_t*>(dst);
+      const uint16_t* src = e.w16.data() + size_t(r0) * row;
+      const size_t count = size_t(r1 - r0) * row;
+      if (e.dtype16 != Dtype16::kFP16) {
+        std::memcpy(o, src, count * 2);
+        return;
+      }
+      for (size_t i = 0; i < count; ++i) o[i] = kn::f32_to_bf16(kn::fp16_to_f32(src[i]));
+    }));
   }
   layers_.assign(w.layers.size(), {});
   for (size_t l = 0; l < w.layers.size(); ++l) {
@@ -190,15 +163,15 @@ Status CudaModel::upload(const ModelWeights& w) {
     // The output gate (softmax o_gate, lightning z_proj) reads the same normalised rows as q, k and v: its rows
     // go after v in the one projection.
     D.has_gate = L.w_out_gate.out > 0;
-    if (D.has_gate) SOARTUNE_STATUS_TRY(upload_linear({&L.wq, &L.wk, &L.wv, &L.w_out_gate}, &D.qkv));
-    else SOARTUNE_STATUS_TRY(upload_linear({&L.wq, &L.wk, &L.wv}, &D.qkv));
+    if (D.has_gate) SOARTUNE_STATUS_TRY(upload_linear(up, {&L.wq, &L.wk, &L.wv, &L.w_out_gate}, &D.qkv));
+    else SOARTUNE_STATUS_TRY(upload_linear(up, {&L.wq, &L.wk, &L.wv}, &D.qkv));
     if (!L.q_norm.empty()) SOARTUNE_STATUS_TRY(upload_floats(L.q_norm, &D.q_norm, al));
     if (!L.k_norm.empty()) SOARTUNE_STATUS_TRY(upload_floats(L.k_norm, &D.k_norm, al));
     if (!L.o_norm.empty()) SOARTUNE_STATUS_TRY(upload_floats(L.o_norm, &D.o_norm, al));
-    SOARTUNE_STATUS_TRY(upload_linear({&L.wo}, &D.o));
+    SOARTUNE_STATUS_TRY(upload_linear(up, {&L.wo}, &D.o));
     D.gate_up_interleaved = L.w_gate.out % 8 == 0 && L.w_gate.out == L.w_up.out;
-    SOARTUNE_STATUS_TRY(upload_linear({&L.w_gate, &L.w_up}, &D.gate_up, D.gate_up_interleaved));
-    SOARTUNE_STATUS_TRY(upload_linear({&L.w_down}, &D.down));
+    SOARTUNE_STATUS_TRY(upload_linear(up, {&L.w_gate, &L.w_up}, &D.gate_up, D.gate_up_interleaved));
+    SOARTUNE_STATUS_TRY(upload_linear(up, {&L.w_down}, &D.down));
     SOARTUNE_STATUS_TRY(upload_floats(L.attn_norm, &D.attn_norm, al));
     SOARTUNE_STATUS_TRY(upload_floats(L.mlp_norm, &D.mlp_norm, al));
     if (!L.wq.bias.empty()) {
@@ -209,7 +182,8 @@ Status CudaModel::upload(const ModelWeights& w) {
     }
   }
   SOARTUNE_STATUS_TRY(upload_floats(w.final_norm, &final_norm_, al));
-  SOARTUNE_STATUS_TRY(upload_linear({&w.lm_head}, &lm_head_));
+  SOARTUNE_STATUS_TRY(upload_linear(up, {&w.lm_head}, &lm_head_));
+  SOARTUNE_STATUS_TRY(up.finish());
   have_weights_ = true;
   return Status::Ok();
 }

@@ -26,6 +26,7 @@
 #include "core/worker_result.h"
 #include "engine/backend.h"
 #include "engine/cuda/sparse_layer.h"
+#include "engine/cuda/staged_upload.h"
 #include "engine/cuda/step_observer.h"
 #include "engine/model_config.h"
 #include "kernels/attention_decode.cuh"
@@ -159,8 +160,9 @@ class CudaModel {
  private:
   struct Staging;  // host layout of the per-step inputs
   Status alloc(void** p, size_t bytes);
-  // interleave_gate_up: parts are {gate, up}; their rows go in kernels::interleave_gate_up order.
-  Status upload_linear(const std::vector<const QuantizedLinear*>& parts, kernels::DeviceLinear* out,
+  // One device linear of `parts` (engine/linear_layout.h), copied through `up`. interleave_gate_up: parts are
+  // {gate, up}; their rows go in kernels::interleave_gate_up order.
+  Status upload_linear(StagedUpload& up, const std::vector<const QuantizedLinear*>& parts, kernels::DeviceLinear* out,
                        bool interleave_gate_up = false);
   // y = x W^T: fp32, or bf16 when out_bf16 (qkv and gate|up, read only by RoPE and SwiGLU); accumulate:
   // y += x W^T (o and down add themselves into the fp32 residual stream).
