@@ -1,5 +1,8 @@
 // The engine's Backend on a CUDA device: a thin adapter from BackendPlan / Step to CudaModel.
+#include <chrono>
 #include <memory>
+
+#include <spdlog/spdlog.h>
 
 #include "core/knob_catalogue.h"
 #include "engine/backend.h"
@@ -29,8 +32,10 @@ class CudaBackend final : public Backend {
     const KvCacheDtype kv = plan.launch.kv_cache_dtype;
     if (kv != KvCacheDtype::kBF16 && kv != KvCacheDtype::kFP16 && kv != KvCacheDtype::kFP8E4M3 && kv != KvCacheDtype::kFP8E5M2)
       return core::disallowed(*core::find_knob("kv_cache_dtype"), kv_cache_dtype_name(kv), "launch.kv_cache_dtype");
+    const auto t0 = std::chrono::steady_clock::now();
     Status s = model_->upload(*plan.weights);
     if (!s.ok()) return s;
+    const auto t1 = std::chrono::steady_clock::now();
     cuda::CudaOptions o;
     o.kv_dtype = to_kernel_dtype(plan.launch.kv_cache_dtype);
     o.page_size = plan.launch.kv_page_size;
@@ -52,7 +57,12 @@ class CudaBackend final : public Backend {
     o.sparse_attention = plan.launch.sparse_attention;
     o.sparse_topk = plan.launch.sparse_topk;
     o.sparse_window = plan.launch.sparse_window;
-    return model_->prepare(o);
+    s = model_->prepare(o);
+    const auto t2 = std::chrono::steady_clock::now();
+    spdlog::info("cuda: weights uploaded in {:.2f} s ({:.2f} GB), buffers, plans and graphs in {:.2f} s",
+                 std::chrono::duration<double>(t1 - t0).count(), double(model_->weight_bytes()) / 1e9,
+                 std::chrono::duration<double>(t2 - t1).count());
+    return s;
   }
   int kv_pages() const override { return model_->kv_pages(); }
   Status forward(const Step& step, StepOutput& out) override { return model_->forward(step, out); }
