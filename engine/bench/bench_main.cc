@@ -399,7 +399,10 @@ void emit_sala(Row r, const Ceilings& ceil) {
 //     bound = (weight bytes + lightning state bytes read and written + KV bytes read) / 4.29e12 B/s
 //   prefill of one 4k-token prompt (and 60k for SALA; softmax layers dense, as the CUDA backend runs them):
 //     bound = GEMM FLOPs (2 * tokens * linear MACs + lm_head's row) / 790e12 FLOP/s
-void bench_sala(int reps, bool no_profile, const std::string& gemv_variant, const Ceilings& ceil) {
+// only_weights (--weights) keeps the formats named (bf16 covers both state dtypes); no_prefill (--no-prefill)
+// leaves the prefill rows out.
+void bench_sala(int reps, bool no_profile, const std::string& gemv_variant, const Ceilings& ceil,
+                const std::vector<std::string>& only_weights, bool no_prefill) {
   struct SalaFormat {
     Format f;
     kn::LightningStateDtype state = kn::LightningStateDtype::kFp32;
@@ -417,6 +420,8 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant, cons
     const double kv_per_pos = double(cfg.softmax_layers()) * 2 * cfg.kv_dim() * 2;
     for (const SalaFormat& sf : fmts) {
       const Format& fm = sf.f;
+      if (!only_weights.empty() && std::find(only_weights.begin(), only_weights.end(), fm.name) == only_weights.end())
+        continue;
       const bool bf16_state = sf.state == kn::LightningStateDtype::kBf16;
       if (bf16_state && !sala) continue;   // no lightning state to store in bf16
       {
@@ -456,7 +461,7 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant, cons
           emit_sala(r, ceil);
         }
       }
-      if (bf16_state) continue;   // prefill rows: once, with the fp32 state
+      if (bf16_state || no_prefill) continue;   // prefill rows: once, with the fp32 state
       for (int len : sala ? std::vector<int>{4096, 60000} : std::vector<int>{4096}) {
         auto m = std::make_unique<st::engine::cuda::CudaModel>();
         check(m->init(0), "init");
@@ -553,6 +558,8 @@ int main(int argc, char** argv) {
   app.add_option("--weights", only_weights, "weight formats to run (default all: bf16 int8 int4g128 int4g64 int4g32 int4g128-lm8 int4g128-lm4)");
   app.add_option("--batches", only_batches, "decode batches to run, 1..32 (default 1 8)");
   app.add_flag("--no-profile", no_profile, "skip the eager per-stage profiles");
+  bool no_prefill = false;
+  app.add_flag("--no-prefill", no_prefill, "--only sala: decode rows only");
   std::string gemv_variant = "auto";
   app.add_option("--gemv-variant", gemv_variant, "gemv_variant of the decode and 32k runs (default auto)");
   int kv_splits = 0;
@@ -590,7 +597,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only == "sala") {  // both models, whatever --model says (bench_sala)
-    bench_sala(reps, no_profile, gemv_variant, ceil);
+    for (const std::string& w : only_weights)
+      if (w != "bf16" && w != "int4g128") {
+        std::fprintf(stderr, "--weights: %s is not one of bf16, int4g128 (--only sala)\n", w.c_str());
+        return 2;
+      }
+    bench_sala(reps, no_profile, gemv_variant, ceil, only_weights, no_prefill);
     return 0;
   }
 
