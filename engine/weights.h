@@ -23,7 +23,7 @@ struct QuantizedLinear {
   int group_size = 0;              // bits < 16: input elements per scale; 0 = one scale per output row
   Dtype16 dtype16 = Dtype16::kBF16;
   UninitVector<uint16_t> w16;      // bits == 16: [out][in] bf16/fp16 bits (empty otherwise); sized, then filled
-  std::vector<int8_t> q;           // bits < 16: [out][in] codes in [-2^(bits-1), 2^(bits-1)-1] (RTN and our GPTQ
+  UninitVector<int8_t> q;          // bits < 16: [out][in] codes in [-2^(bits-1), 2^(bits-1)-1] (RTN and our GPTQ
                                    // use [-(2^(bits-1)-1), ...]; an imported GPTQ checkpoint may hold -2^(bits-1))
   std::vector<float> scales;       // bits < 16: [out][in / group_size] (or [out] when group_size == 0)
   std::vector<float> bias;         // [out] or empty
