@@ -17,8 +17,9 @@ namespace soartune::core {
 
 // ---- GEMV (kernels/gemv.cuh) ----
 
-// A direct variant "m<m_tiles>w<warps>u<unroll>[b<min_ctas>]": a CTA of `warps` warps owns 16 * m_tiles output
-// rows and loads `unroll` chunk groups a warp ahead of its mma; with min_ctas > 1 its registers are capped so that
+// A direct variant "m<m_tiles>w<warps>u<unroll>[p][b<min_ctas>]": a CTA of `warps` warps owns 16 * m_tiles output
+// rows and loads `unroll` chunk groups a warp ahead of its mma; with p, the next `unroll` groups are loaded while
+// the current ones are computed (twice the registers); with min_ctas > 1 its registers are capped so that
 // min_ctas CTAs fit an SM (that kernel only at batch <= 8; the plain one above).
 // A pipelined variant "m1w<warps>s<stages>k<row_kb>" (sm_90): one CTA an SM, a producer warp streams 16-row
 // tiles into `stages` shared-memory stages of row_kb KB a row with TMA bulk copies, `warps` consumer warps.
@@ -30,6 +31,7 @@ struct GemvVariant {
   int stages = 0;    // pipelined form when > 0
   int row_kb = 0;    // pipelined form
   int min_ctas = 1;  // direct form
+  bool prefetch = false;  // direct form: the next step's loads go out before this step's mma work ("p")
   constexpr bool pipelined() const { return stages > 0; }
 };
 
@@ -44,6 +46,9 @@ inline constexpr GemvVariant kGemvVariants[] = {
     {"m1w16s8k1", 1, 16, 0, 8, 1, 1},  // 8 x 1 KB, 16 consumer warps
     {"m1w16s6k2", 1, 16, 0, 6, 2, 1},  // 6 x 2 KB: batch <= 24 (32 columns' reduction does not fit beside them)
     {"m1w8u2b4", 1, 8, 2, 0, 0, 4},    // m1w8u2 with registers for four CTAs an SM (batch <= 8)
+    {"m1w8u1pb4", 1, 8, 1, 0, 0, 4, true},   // one step ahead in registers, four CTAs an SM (batch <= 8)
+    {"m1w8u2p", 1, 8, 2, 0, 0, 1, true},     // m1w8u2, two steps in registers
+    {"m1w16u1p", 1, 16, 1, 0, 0, 1, true},   // m1w16u2's split of a long row, one step ahead
 };
 inline constexpr int kNumGemvVariants = int(sizeof(kGemvVariants) / sizeof(kGemvVariants[0]));
 

@@ -232,10 +232,84 @@ __device__ __forceinline__ void store_rows(const KernelArgs& a, const float* red
   }
 }
 
+// One step's weight chunks (U groups of a warp's four chunks, rows g and g + 8 of each m-tile) and their scales:
+// loads issued, not waited for.
+template <WeightFormat F, int M, int W, int U>
+__device__ __forceinline__ void load_step(const KernelArgs& a, int base, int t, const int (&rows)[M][2], int nchunks,
+                                          int64_t row_bytes, int groups_per_row, uint4 (&wa)[U][M][2],
+                                          float (&sc)[U][M][2]) {
+  constexpr bool kQuant = F == WeightFormat::kInt8 || F == WeightFormat::kInt4;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = base + u * W * 4 + t;
+    const bool cv = c < nchunks;
+#pragma unroll
+    for (int mt = 0; mt < M; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = rows[mt][h];
+        if (cv && r < a.n) {
+          wa[u][mt][h] = load_stream(a.w + r * row_bytes + int64_t(c) * 16);
+          sc[u][mt][h] = kQuant ? __ldg(a.scales + int64_t(r) * groups_per_row + group_of(a, c)) : 1.f;
+        } else {
+          wa[u][mt][h] = make_uint4(0, 0, 0, 0);
+          sc[u][mt][h] = 0.f;
+        }
+      }
+  }
+}
+
+// One step's mma work on chunks already loaded: dequantise, load x, accumulate.
+template <WeightFormat F, int M, int W, int U, int NT, bool SA>
+__device__ __forceinline__ void mma_chunks(const KernelArgs& a, int base, int g, int t, int nchunks,
+                                           const uint4 (&wa)[U][M][2], const float (&sc)[U][M][2],
+                                           float (&acc)[M][NT][4]) {
+  constexpr int V = kValuesPerChunk<F>;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = base + u * W * 4 + t;
+    const bool cv = c < nchunks;
+    if (base + u * W * 4 >= nchunks) break;  // warp-uniform: no chunk of this step exists
+    uint32_t pa[M][2][V / 2];
+#pragma unroll
+    for (int mt = 0; mt < M; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (SA)
+          dequant_chunk_raw<F>(wa[u][mt][h], pa[mt][h]);
+        else
+          dequant_chunk<F>(wa[u][mt][h], sc[u][mt][h], pa[mt][h]);
+      }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int b = nt * 8 + g;
+      uint32_t xb[V / 2];
+      if (cv && b < a.batch)
+        load_x_fragment<V, false>(reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V), xb);
+      else
+        zero_fragment<V>(xb);
+      if constexpr (SA) {
+#pragma unroll
+        for (int mt = 0; mt < M; ++mt) {
+          float part[4] = {0.f, 0.f, 0.f, 0.f};
+          mma_step<V>(part, pa[mt][0], pa[mt][1], xb);
+          add_scaled(acc[mt][nt], part, sc[u][mt][0], sc[u][mt][1]);
+        }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < M; ++mt) mma_step<V>(acc[mt][nt], pa[mt][0], pa[mt][1], xb);
+      }
+    }
+  }
+}
+
 // Thread (g = lane / 4, t = lane % 4) of a warp loads, for its chunk c, rows g and g + 8 of each m-tile and
 // x[b = g of each batch tile][chunk c]. The mma k-slots 2t, 2t+1 (and 2t+8, 2t+9) of mma m hold the chunk's
 // pairs 2m (and 2m+1) in both A and B, so the warp's dot product runs over 4 chunks in a permuted k order.
-template <WeightFormat F, int M, int W, int U, int NT, bool SA>
+// P (prefetch): the next step's loads are issued before this step's mma work, from a second set of registers,
+// so a warp keeps its bytes in flight while it computes (without P it issues a step's loads, waits for them and
+// computes, and the SM relies on its other warps to cover the wait).
+template <WeightFormat F, int M, int W, int U, int NT, bool SA, bool P>
 __device__ __forceinline__ void gemv_body(const KernelArgs& a) {
   // PDL: the first weight loads go out before the wait (no kernel writes weights); x is read and y written
   // only after it.
@@ -264,63 +338,33 @@ __device__ __forceinline__ void gemv_body(const KernelArgs& a) {
     rows[mt][1] = row0 + mt * 16 + g + 8;
   }
 
-  for (int base = warp * 4; base < nchunks; base += W * 4 * U) {
-    uint4 wa[U][M][2];
-    float sc[U][M][2];
+  constexpr int kStep = W * 4 * U;
+  uint4 wa[U][M][2];
+  float sc[U][M][2];
+  if constexpr (P) {
+    if (warp * 4 < nchunks) load_step<F, M, W, U>(a, warp * 4, t, rows, nchunks, row_bytes, groups_per_row, wa, sc);
+    pdl_wait();
+    for (int base = warp * 4; base < nchunks; base += kStep) {
+      uint4 cw[U][M][2];
+      float cs[U][M][2];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = base + u * W * 4 + t;
-      const bool cv = c < nchunks;
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int mt = 0; mt < M; ++mt)
+        for (int mt = 0; mt < M; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = rows[mt][h];
-          if (cv && r < a.n) {
-            wa[u][mt][h] = load_stream(a.w + r * row_bytes + int64_t(c) * 16);
-            sc[u][mt][h] = kQuant ? __ldg(a.scales + int64_t(r) * groups_per_row + group_of(a, c)) : 1.f;
-          } else {
-            wa[u][mt][h] = make_uint4(0, 0, 0, 0);
-            sc[u][mt][h] = 0.f;
+          for (int h = 0; h < 2; ++h) {
+            cw[u][mt][h] = wa[u][mt][h];
+            cs[u][mt][h] = sc[u][mt][h];
           }
-        }
+      if (base + kStep < nchunks)
+        load_step<F, M, W, U>(a, base + kStep, t, rows, nchunks, row_bytes, groups_per_row, wa, sc);
+      mma_chunks<F, M, W, U, NT, SA>(a, base, g, t, nchunks, cw, cs, acc);
     }
-    if (base == warp * 4) pdl_wait();
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = base + u * W * 4 + t;
-      const bool cv = c < nchunks;
-      if (base + u * W * 4 >= nchunks) break;  // warp-uniform: no chunk of this step exists
-      uint32_t pa[M][2][V / 2];
-#pragma unroll
-      for (int mt = 0; mt < M; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (SA)
-            dequant_chunk_raw<F>(wa[u][mt][h], pa[mt][h]);
-          else
-            dequant_chunk<F>(wa[u][mt][h], sc[u][mt][h], pa[mt][h]);
-        }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int b = nt * 8 + g;
-        uint32_t xb[V / 2];
-        if (cv && b < a.batch)
-          load_x_fragment<V, false>(reinterpret_cast<const uint4*>(a.x + b * a.x_stride + int64_t(c) * V), xb);
-        else
-          zero_fragment<V>(xb);
-        if constexpr (SA) {
-#pragma unroll
-          for (int mt = 0; mt < M; ++mt) {
-            float part[4] = {0.f, 0.f, 0.f, 0.f};
-            mma_step<V>(part, pa[mt][0], pa[mt][1], xb);
-            add_scaled(acc[mt][nt], part, sc[u][mt][0], sc[u][mt][1]);
-          }
-        } else {
-#pragma unroll
-          for (int mt = 0; mt < M; ++mt) mma_step<V>(acc[mt][nt], pa[mt][0], pa[mt][1], xb);
-        }
-      }
+  } else {
+    for (int base = warp * 4; base < nchunks; base += kStep) {
+      load_step<F, M, W, U>(a, base, t, rows, nchunks, row_bytes, groups_per_row, wa, sc);
+      if (base == warp * 4) pdl_wait();
+      mma_chunks<F, M, W, U, NT, SA>(a, base, g, t, nchunks, wa, sc, acc);
     }
   }
 
@@ -336,18 +380,18 @@ __device__ __forceinline__ void gemv_body(const KernelArgs& a) {
   store_rows<W, kRows, kCols>(a, &red[0][0][0], row0, threadIdx.x, W * 32);
 }
 
-template <WeightFormat F, int M, int W, int U, int NT, bool SA>
+template <WeightFormat F, int M, int W, int U, int NT, bool SA, bool P>
 __global__ void __launch_bounds__(W * 32) gemv_kernel(const KernelArgs a) {
-  gemv_body<F, M, W, U, NT, SA>(a);
+  gemv_body<F, M, W, U, NT, SA, P>(a);
 }
 
 // The same with registers capped so that MB CTAs fit an SM (more warps to hide the loads); launched at batch
 // <= 8 only (one batch tile), larger batches take gemv_kernel. (A separate kernel: even a minimum of one CTA
 // changes ptxas's register choice, 76 -> 84 for int4 m1w8u2, which fits two of its CTAs an SM instead of
 // three: int4 g128 decode 2.25 -> 2.64 ms, docs/perf-log run 39.)
-template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB>
+template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB, bool P>
 __global__ void __launch_bounds__(W * 32, MB) gemv_capped_kernel(const KernelArgs a) {
-  gemv_body<F, M, W, U, NT, SA>(a);
+  gemv_body<F, M, W, U, NT, SA, P>(a);
 }
 
 // The pipelined form: one CTA an SM loops over the 16-row tiles blockIdx.x, blockIdx.x + gridDim.x, ...
@@ -584,28 +628,28 @@ bool scale_after_mma(const KernelArgs& ka) {
   return (F == WeightFormat::kInt8 || F == WeightFormat::kInt4) && ka.group % (4 * kValuesPerChunk<F>) == 0;
 }
 
-template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB>
+template <WeightFormat F, int M, int W, int U, int NT, bool SA, int MB, bool P>
 cudaError_t launch_direct_sa(const KernelArgs& ka, int grid, cudaStream_t stream) {
   if constexpr (MB > 1 && NT == 1)
-    return launch(gemv_capped_kernel<F, M, W, U, NT, SA, MB>, grid, W * 32, 0, stream, ka);
+    return launch(gemv_capped_kernel<F, M, W, U, NT, SA, MB, P>, grid, W * 32, 0, stream, ka);
   else
-    return launch(gemv_kernel<F, M, W, U, NT, SA>, grid, W * 32, 0, stream, ka);
+    return launch(gemv_kernel<F, M, W, U, NT, SA, P>, grid, W * 32, 0, stream, ka);
 }
 
-template <WeightFormat F, int M, int W, int U, int NT, int MB>
+template <WeightFormat F, int M, int W, int U, int NT, int MB, bool P>
 cudaError_t launch_direct(const KernelArgs& ka, int grid, cudaStream_t stream) {
   if constexpr (F == WeightFormat::kInt8 || F == WeightFormat::kInt4)
-    if (scale_after_mma<F>(ka)) return launch_direct_sa<F, M, W, U, NT, true, MB>(ka, grid, stream);
-  return launch_direct_sa<F, M, W, U, NT, false, MB>(ka, grid, stream);
+    if (scale_after_mma<F>(ka)) return launch_direct_sa<F, M, W, U, NT, true, MB, P>(ka, grid, stream);
+  return launch_direct_sa<F, M, W, U, NT, false, MB, P>(ka, grid, stream);
 }
 
-template <WeightFormat F, int M, int W, int U, int MB = 1>
+template <WeightFormat F, int M, int W, int U, int MB, bool P>
 cudaError_t launch_nt(const KernelArgs& ka, int n_tiles, int grid, cudaStream_t stream) {
   switch (n_tiles) {
-    case 1: return launch_direct<F, M, W, U, 1, MB>(ka, grid, stream);
-    case 2: return launch_direct<F, M, W, U, 2, MB>(ka, grid, stream);
-    case 3: return launch_direct<F, M, W, U, 3, MB>(ka, grid, stream);
-    case 4: return launch_direct<F, M, W, U, 4, MB>(ka, grid, stream);
+    case 1: return launch_direct<F, M, W, U, 1, MB, P>(ka, grid, stream);
+    case 2: return launch_direct<F, M, W, U, 2, MB, P>(ka, grid, stream);
+    case 3: return launch_direct<F, M, W, U, 3, MB, P>(ka, grid, stream);
+    case 4: return launch_direct<F, M, W, U, 4, MB, P>(ka, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -655,7 +699,7 @@ cudaError_t launch_variant(const KernelArgs& ka, const GemvPlan& p, cudaStream_t
   if constexpr (v.pipelined())
     return launch_pipe<F, v.warps, v.stages, v.row_kb * 1024>(ka, p.n_tiles, p.grid, stream);
   else
-    return launch_nt<F, v.m_tiles, v.warps, v.unroll, v.min_ctas>(ka, p.n_tiles, p.grid, stream);
+    return launch_nt<F, v.m_tiles, v.warps, v.unroll, v.min_ctas, v.prefetch>(ka, p.n_tiles, p.grid, stream);
 }
 
 template <WeightFormat F, int... I>
