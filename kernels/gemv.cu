@@ -731,7 +731,10 @@ constexpr int kWideDirect = core::gemv_variant_index("m1w16u2");
 constexpr int kTallCapped = core::gemv_variant_index("m1w8u2b4");
 constexpr int kPipe4 = core::gemv_variant_index("m1w16s4k2");
 constexpr int kPipe6 = core::gemv_variant_index("m1w16s6k2");
-static_assert(kTallDirect >= 0 && kWideDirect >= 0 && kTallCapped >= 0 && kPipe4 >= 0 && kPipe6 >= 0,
+constexpr int kTallPair = core::gemv_variant_index("m2w8u2");
+constexpr int kPrefetch = core::gemv_variant_index("m1w16u1p");
+static_assert(kTallDirect >= 0 && kWideDirect >= 0 && kTallCapped >= 0 && kPipe4 >= 0 && kPipe6 >= 0 &&
+                  kTallPair >= 0 && kPrefetch >= 0,
               "auto names a variant core::kGemvVariants does not hold");
 // The pipelined variant a fused RMSNorm takes under "auto".
 constexpr int kNormVariant = kPipe4;
@@ -851,6 +854,16 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // slower in every format (run 40); so were four warps a tile at eight CTAs (run 39), and the other direct
     // variants in place of either rule (runs 39-46, measured with experiment switches since removed).
     if (tall && is_quantized(a.w.format) && a.batch <= 8) p.variant = kTallCapped;
+    // Batches 2..8 (16-bit) and 5..8 (int4): each layer of synthetic:minicpm-sala-9b timed with every variant
+    // forced (docs/perf-log run 77, H100, eager ms a step at b8): 16-bit layers take m1w16u1p, whose warps issue
+    // the next loads before their mma (qkv 1.568 against 1.599 by the rule above, o 0.612 against 0.657, gate|up
+    // 3.240 against 3.439); int4 tall layers m2w8u2, two m-tiles sharing each x fragment (qkv 0.685 against
+    // 0.718, gate|up 1.187 against 1.250), wide ones m1w16u1p (down 0.742 against 0.817). Whole-model decode
+    // against the rule above, same call (run 78): sala bf16 b2 / b4 / b8 6.986 / 7.110 / 7.298 ms against 7.136 /
+    // 7.353 / 7.718, int4 g128 b8 3.220 against 3.423; int4 b2 / b4 were slower (2.775 / 2.923 against 2.740 /
+    // 2.904), hence 5..8 (b5-b7 not measured). At batch 1 the rules above stay the fastest.
+    if (a.batch >= 2 && a.batch <= 8 && !is_quantized(a.w.format)) p.variant = kPrefetch;
+    if (a.batch >= 5 && a.batch <= 8 && a.w.format == WeightFormat::kInt4) p.variant = tall ? kTallPair : kPrefetch;
     // At batch 1 on sm_90, 16-bit layers stream best through the pipelined form: its producer runs ahead of
     // PDL's wait, filling four stages an SM while the previous kernel finishes (whole-model bf16 b1 4.627
     // against 4.666 ms, run 25; 4.596-4.613 with this rule, run 26; alone, under ncu, each layer is a little

@@ -90,8 +90,9 @@ TEST(GemvCanImplement, RejectsBadKnobsAndShapesWithTheField) {
   EXPECT_TRUE(refused_for_batch(gemv_can_implement(a, "m1w16s6k2"), a.batch)) << gemv_can_implement(a, "m1w16s6k2");
 }
 
-// auto's choice by shape and batch (docs/perf-log runs 39-40): quantised layers with more rows than columns
-// take m1w8u2b4 (registers for four CTAs an SM) up to batch 8 and m1w8u2 above; the others m1w16u2. Needs no
+// auto's choice by shape and batch (docs/perf-log runs 39-40, 77): quantised layers with more rows than columns
+// take m1w8u2b4 (registers for four CTAs an SM) up to batch 8 and m1w8u2 above, except int4 at batches 5..8
+// (m2w8u2); the others m1w16u2, except 16-bit layers at batches 2..8 and int4 ones at 5..8 (m1w16u1p). Needs no
 // GPU for these direct variants (16-bit layers at batch 1 take the pipelined form only on sm_90, so they are
 // left out here).
 TEST(GemvPlan, AutoCapsRegistersOfQuantisedTallLayersUpToBatch8) {
@@ -106,12 +107,17 @@ TEST(GemvPlan, AutoCapsRegistersOfQuantisedTallLayersUpToBatch8) {
     return err.empty() ? gemv_variant_names()[p.variant] : "error: " + err;
   };
   EXPECT_EQ(chosen(WeightFormat::kInt4, 6144, 4096, 128, 1), "m1w8u2b4");   // qkv
-  EXPECT_EQ(chosen(WeightFormat::kInt4, 28672, 4096, 32, 8), "m1w8u2b4");   // gate|up
+  EXPECT_EQ(chosen(WeightFormat::kInt4, 28672, 4096, 32, 8), "m2w8u2");     // gate|up, batches 5..8
+  EXPECT_EQ(chosen(WeightFormat::kInt4, 28672, 4096, 32, 4), "m1w8u2b4");
+  EXPECT_EQ(chosen(WeightFormat::kInt4, 4096, 14336, 128, 8), "m1w16u1p");  // down, batches 5..8
+  EXPECT_EQ(chosen(WeightFormat::kInt4, 4096, 14336, 128, 4), "m1w16u2");
+  EXPECT_EQ(chosen(WeightFormat::kInt8, 28672, 4096, 128, 8), "m1w8u2b4");
   EXPECT_EQ(chosen(WeightFormat::kInt4, 28672, 4096, 128, 9), "m1w8u2");
   EXPECT_EQ(chosen(WeightFormat::kInt8, 6144, 4096, 4096, 1), "m1w8u2b4");
   EXPECT_EQ(chosen(WeightFormat::kInt4, 4096, 14336, 128, 1), "m1w16u2");   // down
   EXPECT_EQ(chosen(WeightFormat::kInt8, 4096, 4096, 4096, 8), "m1w16u2");   // o
-  EXPECT_EQ(chosen(WeightFormat::kBf16, 6144, 4096, 0, 8), "m1w8u2");
+  EXPECT_EQ(chosen(WeightFormat::kBf16, 6144, 4096, 0, 8), "m1w16u1p");
+  EXPECT_EQ(chosen(WeightFormat::kBf16, 6144, 4096, 0, 9), "m1w8u2");
 }
 
 TEST(Gemv, EveryVariantFormatGroupAndBatchMatchesTheTwin) {
