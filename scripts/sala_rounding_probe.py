@@ -19,6 +19,18 @@ subset of the places where the engine stores bf16 on a decode (and prefill) step
     swiglu      SwiGLU result silu(gate) * up (input of down_proj)
     final_norm  final RMSNorm output (input of lm_head)
 
+and, kept apart from those (PROB_POINTS, two variants of one rounding, not both at once), the softmax layers'
+attention probabilities, which the engine's flash-style attention kernels (prefill and decode) feed to a bf16
+tensor-core P.V product: scores s = q.k * scale in fp32, per query row the max m, p = exp(s - m) in fp32, then
+
+    sm_probs    o = sum_j bf16(p_j) v_j / l with l = sum_j p_j (row sum of the unrounded p; fp32 accumulation)
+    sm_probs_l  the same with l = sum_j bf16(p_j) (row sum of the rounded p)
+
+By default m is the max over the whole (causal) row, i.e. one KV tile: tiny-sala's prompts are 32 tokens and its
+rows at most 79, so the prefill kernel's 64-token tiles never split a prefill row, and row 12's step-23 logits see
+55 keys.  --sm-tile N models the running-max rescaling over KV tiles of N tokens (acc and l *= exp(m_old - m_new),
+p rounded against the running max) for prefill and decode alike.
+
 Everything else stays fp32: residual stream, linear accumulation, lightning state and output, attention
 accumulation, logits.  With no point on the replay is sala_ref's fp32 computation, op for op, so it must
 reproduce the recorded tokens on all 16 rows (checked first).  It then runs all points on, each point alone,
@@ -26,7 +38,8 @@ all-but-one, and -- when all points on do move row 12 by step 23 -- a greedy red
 1-minimal set that still does, then all points on except that set over all 16 rows.  --exhaustive also tries
 every subset on row 12 (about 9 minutes) and lists the minimal ones that move it; --extra adds, on top of all
 points, one at a time, roundings the engine is NOT said to make (EXTRA_POINTS: residual stream, o/down outputs,
-lightning state, lightning output before its norm, RoPE cos/sin tables, logits), as hypotheses.
+lightning state, lightning output before its norm, RoPE cos/sin tables, logits), as hypotheses.  The default
+run also tries each of PROB_POINTS alone and on top of all points, over all 16 rows.
 
 For each configuration it prints row 12's first divergence step, the recorded fp32 margin there, and the
 probe's own gap at step 23 = logit(recorded token) - max logit(any other token) (negative means the step flips;
@@ -35,6 +48,7 @@ exact and which diverge at a recorded margin >= 0.05.
 
     /usr/bin/python3 scripts/sala_rounding_probe.py [MODEL_DIR]          # default ../shared/models/tiny-sala
     /usr/bin/python3 scripts/sala_rounding_probe.py [MODEL_DIR] --points qkv,lit_qk   # one subset, all rows
+    /usr/bin/python3 scripts/sala_rounding_probe.py --points all,sm_probs               # 'all' = every POINT
     /usr/bin/python3 scripts/sala_rounding_probe.py --exhaustive --extra                 # everything (~10 min)
 options: --prefill chunked (the engine's chunked lightning prefill, chunk 64; default recurrent = sala_ref's
 greedy), --row N (row to probe, default 12), --step N (its step of interest, default 23).
@@ -45,6 +59,12 @@ the other 7 leaving at recorded margins < 0.05 (with --prefill chunked: exact to
 roundings, as modelled here, do not explain the engine's step-23 flip.  Of the --extra hypotheses only bf16
 logits flips row 12 at step 23 (its top-2 fp32 logits 16.656 / 16.586 round to one bf16 value and the tie goes
 to the lower id), but it also flips rows 3, 5, 8 and 15 at recorded margins >= 0.05.
+bf16 attention probabilities do not explain it either: all points + sm_probs moves row 12 only at step 34 (recorded
+margin 0.0756; gap@23 +0.0886), 6/16 rows exact, row 12@34 the only divergence at a margin >= 0.05 (the same
+with --sm-tile 64; with --prefill chunked row 12 stays exact, gap@23 +0.0796, 9/16 exact, none >= 0.05); all
+points + sm_probs_l moves row 12 at step 27 (margin 0.0126; gap@23 +0.0512), 10/16 exact, none >= 0.05
+(chunked: the same step 27, gap@23 +0.0502, 11/16); sm_probs alone: row 12 exact, gap@23 +0.0704, 15/16;
+sm_probs_l alone: 16/16 exact, gap@23 +0.0700.
 """
 import argparse
 import itertools
@@ -58,6 +78,8 @@ import torch
 POINTS = ["norm", "qkv", "gate_proj", "lit_qk", "lit_out", "kv_cache", "sm_out", "gate_up", "swiglu", "final_norm"]
 # Not roundings the engine is said to make: hypotheses for when POINTS do not explain a divergence (--extra).
 EXTRA_POINTS = ["residual", "o_down", "lit_state", "lit_attn", "rope_table", "logits"]
+# The engine's bf16 P.V operand in softmax attention; two variants of the row sum l (mutually exclusive).
+PROB_POINTS = ["sm_probs", "sm_probs_l"]
 ACCEPT_MARGIN = 0.05
 
 
@@ -68,10 +90,11 @@ def bf16(x):
 class RoundingModel:
     """fp32 forward of MiniCPM-SALA following sala_ref.SALAModel op for op, with a bf16 rounding switch per point."""
 
-    def __init__(self, ref, cfg, weights, points, prefill="recurrent"):
-        unknown = set(points) - set(POINTS) - set(EXTRA_POINTS)
+    def __init__(self, ref, cfg, weights, points, prefill="recurrent", sm_tile=0):
+        unknown = set(points) - set(POINTS) - set(EXTRA_POINTS) - set(PROB_POINTS)
         assert not unknown, f"unknown rounding points {sorted(unknown)}"
-        self.ref, self.cfg, self.points = ref, cfg, frozenset(points)
+        assert not set(PROB_POINTS) <= set(points), f"{' and '.join(PROB_POINTS)} are exclusive variants"
+        self.ref, self.cfg, self.points, self.sm_tile = ref, cfg, frozenset(points), sm_tile
         self.w = {n: t.float() for n, t in weights.items()}  # bf16 -> fp32 is exact
         self.g = ref.lightning_log_decay(cfg.lightning_nh, torch.float32)
         self.prefill_fn = {"recurrent": ref.lightning_recurrent,
@@ -79,6 +102,33 @@ class RoundingModel:
 
     def r(self, point, x):
         return bf16(x) if point in self.points else x
+
+    def _attention(self, q, k, v, pos0, scale):
+        """Causal GQA softmax attention; sala_ref's own op for op unless a PROB_POINTS rounding is on."""
+        ref = self.ref
+        rounded_l = "sm_probs_l" in self.points
+        if not rounded_l and "sm_probs" not in self.points:
+            return ref.causal_softmax_attention(q, k, v, pos0, scale)
+        Tq, H, d = q.shape
+        Tk, Hkv, _ = k.shape
+        k, v = ref.repeat_kv(k, H // Hkv), ref.repeat_kv(v, H // Hkv)
+        s = torch.einsum("qhd,khd->hqk", q, k) * scale  # fp32 scores
+        qpos = torch.arange(pos0, pos0 + Tq)[:, None]
+        s = s.masked_fill((torch.arange(Tk)[None, :] > qpos)[None], float("-inf"))
+        tile = self.sm_tile if self.sm_tile > 0 else Tk
+        m = torch.full((H, Tq, 1), float("-inf"))
+        l = torch.zeros(H, Tq, 1)
+        acc = torch.zeros(H, Tq, d)
+        for j0 in range(0, Tk, tile):  # key 0 is in the first tile and visible to every query: m is finite after it
+            st = s[:, :, j0:j0 + tile]
+            m_new = torch.maximum(m, st.amax(-1, keepdim=True))
+            alpha = torch.exp(m - m_new)  # 0 on the first tile
+            p = torch.exp(st - m_new)  # fp32, masked keys -> 0
+            pb = bf16(p)  # the MMA operand
+            acc = acc * alpha + torch.einsum("hqk,khd->hqd", pb, v[j0:j0 + tile])
+            l = l * alpha + (pb if rounded_l else p).sum(-1, keepdim=True)
+            m = m_new
+        return (acc / l).permute(1, 0, 2)
 
     def new_cache(self):
         return [self.ref.LayerCache() for _ in range(self.cfg.num_hidden_layers)]
@@ -95,7 +145,7 @@ class RoundingModel:
         if cache.k is not None:
             k, v = torch.cat([cache.k, k], 0), torch.cat([cache.v, v], 0)
         cache.k, cache.v = k, v
-        o = self.ref.causal_softmax_attention(q, k, v, pos0, d ** -0.5).reshape(T, H * d)
+        o = self._attention(q, k, v, pos0, d ** -0.5).reshape(T, H * d)
         o = self.r("sm_out", o)
         if cfg.attn_use_output_gate:
             o = self.r("sm_out", o * torch.sigmoid(self.r("gate_proj", x @ w[p + "o_gate.weight"].T)))
@@ -191,7 +241,7 @@ class Probe:
     def run_row(self, points, i):
         key = (frozenset(points), i)
         if key not in self.cache:
-            m = RoundingModel(self.ref, self.cfg, self.weights, points, self.args.prefill)
+            m = RoundingModel(self.ref, self.cfg, self.weights, points, self.args.prefill, self.args.sm_tile)
             want = self.rows[i]["reference_greedy_fp32"]
             got, gaps = m.greedy(self.rows[i]["prompt_ids"], want)
             self.cache[key] = (first_divergence(got, want), gaps)
@@ -206,12 +256,13 @@ class Probe:
         a = self.args
         div, gaps = self.run_row(points, a.row)
         margins = self.rows[a.row]["top1_top2_logit_margin"]
-        name = "+".join(p for p in POINTS + EXTRA_POINTS if p in points) or "(none)"
+        name = "+".join(p for p in POINTS + EXTRA_POINTS + PROB_POINTS if p in points) or "(none)"
         if set(POINTS) <= set(points) and len(points) > len(POINTS) - 2:  # shorten the long names
             name = "ALL" + "".join(f" -{p}" for p in POINTS if p not in points) + "".join(
-                f" +{p}" for p in EXTRA_POINTS if p in points)
+                f" +{p}" for p in EXTRA_POINTS + PROB_POINTS if p in points)
         elif len(set(POINTS) - set(points)) == 1:
-            name = "ALL -" + next(p for p in POINTS if p not in points)
+            name = "ALL -" + next(p for p in POINTS if p not in points) + "".join(
+                f" +{p}" for p in EXTRA_POINTS + PROB_POINTS if p in points)
         row_s = "exact" if div is None else f"step {div:2} (rec. margin {margins[div]:.4f})"
         gap_s = f"{gaps[a.step]:+.4f}" if len(gaps) > a.step else "   n/a "
         line = f"{name:<60} row {a.row}: {row_s:<32} gap@{a.step} {gap_s}"
@@ -234,8 +285,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("model_dir", nargs="?", default=os.path.join(here, "..", "..", "shared", "models", "tiny-sala"))
-    ap.add_argument("--points", help="comma-separated rounding points: run only this subset (all rows)")
+    ap.add_argument("--points", help="comma-separated rounding points: run only this subset (all rows); "
+                    "'all' stands for every one of POINTS")
     ap.add_argument("--prefill", choices=["recurrent", "chunked"], default="recurrent")
+    ap.add_argument("--sm-tile", type=int, default=0,
+                    help="KV tile for sm_probs/sm_probs_l running max (0: one max over the whole row)")
     ap.add_argument("--row", type=int, default=12)
     ap.add_argument("--step", type=int, default=23)
     ap.add_argument("--exhaustive", action="store_true", help="every subset on the probed row (~9 min)")
@@ -251,11 +305,13 @@ def main():
     rows = [json.loads(line) for line in open(os.path.join(a.model_dir, "greedy_reference.jsonl"))]
     pr = Probe(sala_ref, cfg, weights, rows, a)
     t0 = time.time()
-    print(f"model {os.path.abspath(a.model_dir)}, prefill {a.prefill}, row {a.row}, step {a.step}; "
+    print(f"model {os.path.abspath(a.model_dir)}, prefill {a.prefill}, sm tile {a.sm_tile or 'row'}, "
+          f"row {a.row}, step {a.step}; "
           f"gap@{a.step} = probe logit(recorded token) - best other logit at step {a.step}")
 
     if a.points is not None:
-        pr.describe([p for p in a.points.split(",") if p], all_rows=True)
+        pts = [q for p in a.points.split(",") if p for q in (POINTS if p == "all" else [p])]
+        pr.describe(list(dict.fromkeys(pts)), all_rows=True)
         return 0
 
     print("\n== sanity: no rounding (must be 16/16 exact) and all points on")
@@ -297,6 +353,11 @@ def main():
         n_sets = 2 ** len(base)
         n_move = sum(1 for k in range(n_sets) if pr.moves_row([base[j] for j in range(len(base)) if k >> j & 1]))
         print(f"{n_move} of {n_sets} subsets move row {a.row} by step {a.step}")
+
+    print("\n== bf16 attention probabilities in the softmax layers' P.V (alone, and on top of all points)")
+    for p in PROB_POINTS:
+        pr.describe([p], all_rows=True)
+        pr.describe(POINTS + [p], all_rows=True)
 
     if a.extra:
         print("\n== all points on plus one rounding the engine is NOT said to make (hypotheses)")
