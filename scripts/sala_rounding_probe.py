@@ -50,6 +50,11 @@ exact and which diverge at a recorded margin >= 0.05.
     /usr/bin/python3 scripts/sala_rounding_probe.py [MODEL_DIR] --points qkv,lit_qk   # one subset, all rows
     /usr/bin/python3 scripts/sala_rounding_probe.py --points all,sm_probs               # 'all' = every POINT
     /usr/bin/python3 scripts/sala_rounding_probe.py --exhaustive --extra                 # everything (~10 min)
+    /usr/bin/python3 scripts/sala_rounding_probe.py --teacher-forced [--points P] [--prefill chunked] [--sm-tile 64]
+--teacher-forced: top-1 agreement on eval_public.jsonl as its README defines it (one full-sequence prefill of
+prompt + continuation per row; the argmax at each of the 32 continuation positions against the recorded
+`ref_teacher_forced_top1`; 1024 positions); with --points that subset, else none / all / all+sm_probs /
+all+sm_probs_l (~1.5 min).  Each flip's fp32 top1-top2 margin is from the no-rounding recurrent replay.
 options: --prefill chunked (the engine's chunked lightning prefill, chunk 64; default recurrent = sala_ref's
 greedy), --row N (row to probe, default 12), --step N (its step of interest, default 23).
 
@@ -65,6 +70,9 @@ with --sm-tile 64; with --prefill chunked row 12 stays exact, gap@23 +0.0796, 9/
 points + sm_probs_l moves row 12 at step 27 (margin 0.0126; gap@23 +0.0512), 10/16 exact, none >= 0.05
 (chunked: the same step 27, gap@23 +0.0502, 11/16); sm_probs alone: row 12 exact, gap@23 +0.0704, 15/16;
 sm_probs_l alone: 16/16 exact, gap@23 +0.0700.
+Teacher-forced (eval_public, 1024 positions; recurrent / chunked prefill): no points 100.00 / 100.00%, all 99.02 /
+99.22%, all+sm_probs 99.32 / 98.93%, all+sm_probs_l 99.12 / 99.22% (with --sm-tile 64: all+sm_probs 99.02 / 98.73%,
+all+sm_probs_l 99.32 / 98.83%); every flip at an fp32 margin < 0.065 -- the engine's 99.02% is in this range.
 """
 import argparse
 import itertools
@@ -228,9 +236,32 @@ class RoundingModel:
                 pos += 1
         return out, gaps
 
+    @torch.no_grad()
+    def teacher_forced(self, prompt, cont):
+        """One full-sequence prefill of prompt + cont, as sala_ref.SALAModel.teacher_forced: the logits at
+        positions len(prompt)-1 .. len(seq)-2 (the ones that predict cont).  Returns (top1, gaps): the argmax at
+        each of them and gaps[j] = logit(cont[j]) - max other logit (top1-top2 margin where top1 == cont[j])."""
+        seq = list(prompt) + list(cont)
+        logits = self.forward(seq, self.new_cache(), 0)[len(prompt) - 1: len(seq) - 1]
+        j, want = torch.arange(len(cont)), torch.tensor(cont)
+        other = logits.clone()
+        other[j, want] = float("-inf")
+        return logits.argmax(-1).tolist(), (logits[j, want] - other.amax(-1)).tolist()
+
 
 def first_divergence(got, want):
     return next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
+
+
+def points_name(points):
+    """Short display name of a set of rounding points ('ALL -x +y' relative to POINTS)."""
+    name = "+".join(p for p in POINTS + EXTRA_POINTS + PROB_POINTS if p in points) or "(none)"
+    extras = "".join(f" +{p}" for p in EXTRA_POINTS + PROB_POINTS if p in points)
+    if set(POINTS) <= set(points) and len(points) > len(POINTS) - 2:  # shorten the long names
+        name = "ALL" + "".join(f" -{p}" for p in POINTS if p not in points) + extras
+    elif len(set(POINTS) - set(points)) == 1:
+        name = "ALL -" + next(p for p in POINTS if p not in points) + extras
+    return name
 
 
 class Probe:
@@ -256,13 +287,7 @@ class Probe:
         a = self.args
         div, gaps = self.run_row(points, a.row)
         margins = self.rows[a.row]["top1_top2_logit_margin"]
-        name = "+".join(p for p in POINTS + EXTRA_POINTS + PROB_POINTS if p in points) or "(none)"
-        if set(POINTS) <= set(points) and len(points) > len(POINTS) - 2:  # shorten the long names
-            name = "ALL" + "".join(f" -{p}" for p in POINTS if p not in points) + "".join(
-                f" +{p}" for p in EXTRA_POINTS + PROB_POINTS if p in points)
-        elif len(set(POINTS) - set(points)) == 1:
-            name = "ALL -" + next(p for p in POINTS if p not in points) + "".join(
-                f" +{p}" for p in EXTRA_POINTS + PROB_POINTS if p in points)
+        name = points_name(points)
         row_s = "exact" if div is None else f"step {div:2} (rec. margin {margins[div]:.4f})"
         gap_s = f"{gaps[a.step]:+.4f}" if len(gaps) > a.step else "   n/a "
         line = f"{name:<60} row {a.row}: {row_s:<32} gap@{a.step} {gap_s}"
@@ -281,6 +306,34 @@ class Probe:
         return div
 
 
+def fp32_margins(ref, cfg, weights, rows):
+    """Per row, per continuation position: the fp32 top1-top2 logit margin of the no-rounding recurrent replay
+    (sala_ref's computation), to tell at what fp32 margin a teacher-forced flip happens."""
+    m = RoundingModel(ref, cfg, weights, [])
+    return [m.teacher_forced(row["prompt_ids"], row["continuation_ids"])[1] for row in rows]
+
+
+def teacher_forced_report(ref, cfg, weights, rows, points, args, margins):
+    """Teacher-forced top-1 agreement on eval_public as its README defines it: at every continuation position of
+    every row, the probe's argmax against the recorded fp32 top-1 (`ref_teacher_forced_top1`)."""
+    m = RoundingModel(ref, cfg, weights, points, args.prefill, args.sm_tile)
+    total, flips = 0, []
+    for i, row in enumerate(rows):
+        top1, _ = m.teacher_forced(row["prompt_ids"], row["continuation_ids"])
+        want = row["ref_teacher_forced_top1"]
+        total += len(want)
+        flips += [(i, j) for j, (a, b) in enumerate(zip(top1, want)) if a != b]
+    agree = total - len(flips)
+    print(f"{points_name(points):<22} prefill {args.prefill:<9} top-1 agreement {agree}/{total} = "
+          f"{100 * agree / total:.2f}%", flush=True)
+    if flips:
+        mg = sorted(margins[i][j] for i, j in flips)
+        print(f"    flips (row@position): {' '.join(f'{i}@{j}' for i, j in flips)}\n"
+              f"    fp32 margin at the flips: max {mg[-1]:.4f}, median {mg[len(mg) // 2]:.4f}, "
+              f"{sum(g < ACCEPT_MARGIN for g in mg)} of {len(mg)} < {ACCEPT_MARGIN}", flush=True)
+    return agree, total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -294,6 +347,9 @@ def main():
     ap.add_argument("--step", type=int, default=23)
     ap.add_argument("--exhaustive", action="store_true", help="every subset on the probed row (~9 min)")
     ap.add_argument("--extra", action="store_true", help="also all points + each of EXTRA_POINTS")
+    ap.add_argument("--teacher-forced", action="store_true",
+                    help="top-1 agreement on eval_public.jsonl (--points subset, else none / all / all+each of "
+                    "PROB_POINTS)")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -302,6 +358,22 @@ def main():
 
     cfg = sala_ref.load_config(a.model_dir)
     weights = sala_ref.load_model_dir_weights(a.model_dir)
+    parse_points = lambda spec: list(dict.fromkeys(
+        q for p in spec.split(",") if p for q in (POINTS if p == "all" else [p])))
+
+    if a.teacher_forced:
+        rows = [json.loads(line) for line in open(os.path.join(a.model_dir, "eval_public.jsonl"))]
+        t0 = time.time()
+        print(f"model {os.path.abspath(a.model_dir)}, eval_public.jsonl teacher-forced ({len(rows)} rows, one "
+              f"full-sequence prefill each), prefill {a.prefill}, sm tile {a.sm_tile or 'row'}")
+        margins = fp32_margins(sala_ref, cfg, weights, rows)
+        configs = [parse_points(a.points)] if a.points is not None else \
+            [[], POINTS] + [POINTS + [p] for p in PROB_POINTS]
+        for pts in configs:
+            teacher_forced_report(sala_ref, cfg, weights, rows, pts, a, margins)
+        print(f"({time.time() - t0:.0f} s)")
+        return 0
+
     rows = [json.loads(line) for line in open(os.path.join(a.model_dir, "greedy_reference.jsonl"))]
     pr = Probe(sala_ref, cfg, weights, rows, a)
     t0 = time.time()
@@ -310,8 +382,7 @@ def main():
           f"gap@{a.step} = probe logit(recorded token) - best other logit at step {a.step}")
 
     if a.points is not None:
-        pts = [q for p in a.points.split(",") if p for q in (POINTS if p == "all" else [p])]
-        pr.describe(list(dict.fromkeys(pts)), all_rows=True)
+        pr.describe(parse_points(a.points), all_rows=True)
         return 0
 
     print("\n== sanity: no rounding (must be 16/16 exact) and all points on")
