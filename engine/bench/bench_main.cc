@@ -402,7 +402,7 @@ void emit_sala(Row r, const Ceilings& ceil) {
 // only_weights (--weights) keeps the formats named (bf16 covers both state dtypes); no_prefill (--no-prefill)
 // leaves the prefill rows out.
 void bench_sala(int reps, bool no_profile, const std::string& gemv_variant, const Ceilings& ceil,
-                const std::vector<std::string>& only_weights, bool no_prefill) {
+                const std::vector<std::string>& only_weights, bool no_prefill, const std::vector<int>& batches) {
   struct SalaFormat {
     Format f;
     kn::LightningStateDtype state = kn::LightningStateDtype::kFp32;
@@ -441,7 +441,7 @@ void bench_sala(int reps, bool no_profile, const std::string& gemv_variant, cons
         check(eb::fill_kv_random(*m, 11), "fill kv");
         const double wbytes = double(m->weight_bytes());
         const double state_slot = double(m->lightning_state_bytes_per_slot());
-        for (int b : {1, 8, 64}) {
+        for (int b : batches) {
           Row r;
           r.what = tag + "_dec";
           r.weights = fm.name;
@@ -556,7 +556,7 @@ int main(int argc, char** argv) {
   bool no_profile = false;
   app.add_option("--kv", only_kv, "KV dtypes of the short-context decode with bf16 weights (default all)");
   app.add_option("--weights", only_weights, "weight formats to run (default all: bf16 int8 int4g128 int4g64 int4g32 int4g128-lm8 int4g128-lm4)");
-  app.add_option("--batches", only_batches, "decode batches to run, 1..32 (default 1 8)");
+  app.add_option("--batches", only_batches, "decode batches to run, 1..32 (default 1 8; --only sala: 1..64, default 1 8 64)");
   app.add_flag("--no-profile", no_profile, "skip the eager per-stage profiles");
   bool no_prefill = false;
   app.add_flag("--no-prefill", no_prefill, "--only sala: decode rows only");
@@ -566,6 +566,18 @@ int main(int argc, char** argv) {
   app.add_option("--kv-splits", kv_splits, "decode_kv_splits of the short-context decode runs (default 0: auto)")
       ->check(CLI::IsMember(std::vector<int>(std::begin(soartune::core::kDecodeKvSplits), std::end(soartune::core::kDecodeKvSplits))));
   CLI11_PARSE(app, argc, argv);
+  if (only == "sala") {  // checked before the device is touched
+    for (const std::string& w : only_weights)
+      if (w != "bf16" && w != "int4g128") {
+        std::fprintf(stderr, "--weights: %s is not one of bf16, int4g128 (--only sala)\n", w.c_str());
+        return 2;
+      }
+    for (int b : only_batches)
+      if (b < 1 || b > 64) {
+        std::fprintf(stderr, "--batches: %d is not in 1..64 (--only sala)\n", b);
+        return 2;
+      }
+  }
   if (model.rfind("synthetic:", 0) != 0) {
     std::fprintf(stderr, "--model: %s is not a synthetic:<preset>\n", model.c_str());
     return 2;
@@ -596,13 +608,9 @@ int main(int argc, char** argv) {
     bench_sala_sparse(reps);
     return 0;
   }
-  if (only == "sala") {  // both models, whatever --model says (bench_sala)
-    for (const std::string& w : only_weights)
-      if (w != "bf16" && w != "int4g128") {
-        std::fprintf(stderr, "--weights: %s is not one of bf16, int4g128 (--only sala)\n", w.c_str());
-        return 2;
-      }
-    bench_sala(reps, no_profile, gemv_variant, ceil, only_weights, no_prefill);
+  if (only == "sala") {  // both models, whatever --model says (bench_sala; its arguments checked above)
+    bench_sala(reps, no_profile, gemv_variant, ceil, only_weights, no_prefill,
+               only_batches.empty() ? std::vector<int>{1, 8, 64} : only_batches);
     return 0;
   }
 
