@@ -46,8 +46,6 @@ inline constexpr GemvVariant kGemvVariants[] = {
     {"m1w16s8k1", 1, 16, 0, 8, 1, 1},  // 8 x 1 KB, 16 consumer warps
     {"m1w16s6k2", 1, 16, 0, 6, 2, 1},  // 6 x 2 KB: batch <= 24 (32 columns' reduction does not fit beside them)
     {"m1w8u2b4", 1, 8, 2, 0, 0, 4},    // m1w8u2 with registers for four CTAs an SM (batch <= 8)
-    {"m1w8u1pb4", 1, 8, 1, 0, 0, 4, true},   // one step ahead in registers, four CTAs an SM (batch <= 8)
-    {"m1w8u2p", 1, 8, 2, 0, 0, 1, true},     // m1w8u2, two steps in registers
     {"m1w16u1p", 1, 16, 1, 0, 0, 1, true},   // m1w16u2's split of a long row, one step ahead
 };
 inline constexpr int kNumGemvVariants = int(sizeof(kGemvVariants) / sizeof(kGemvVariants[0]));
