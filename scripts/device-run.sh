@@ -87,7 +87,8 @@ if [[ "$mode" == "bundle" ]]; then
     for exe in soartune-bench lightning_timing sparse_attention_timing; do
       [[ -x "$baseline_dir/bin/$exe" ]] && cp "$baseline_dir/bin/$exe" "$bundle/bin/baseline/"
     done
-    cp "$baseline_dir"/lib/libsoartune_*.so* "$bundle/bin/baseline/lib/" 2>/dev/null
+    # (The kernel library sits in the build's kernels/ folder.)
+    find "$baseline_dir" -name 'libsoartune_*.so*' -exec cp {} "$bundle/bin/baseline/lib/" \;
     echo "bundle: baseline $(ls "$bundle/bin/baseline" "$bundle/bin/baseline/lib" | tr '\n' ' ')from $baseline_dir"
   fi
   if [[ $pack -eq 1 ]]; then

@@ -350,6 +350,9 @@ def main():
     ap.add_argument("--teacher-forced", action="store_true",
                     help="top-1 agreement on eval_public.jsonl (--points subset, else none / all / all+each of "
                     "PROB_POINTS)")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --points: print row --row's gap at every step beside the recorded margin (to set "
+                    "beside the CUDA test CudaSala.GreedyReferenceFedAloneKeepsTop1AboveTheLine's trace)")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -382,7 +385,12 @@ def main():
           f"gap@{a.step} = probe logit(recorded token) - best other logit at step {a.step}")
 
     if a.points is not None:
-        pr.describe(parse_points(a.points), all_rows=True)
+        pts = parse_points(a.points)
+        pr.describe(pts, all_rows=True)
+        if a.trace:
+            _, gaps = pr.run_row(pts, a.row)
+            for i, (g, m) in enumerate(zip(gaps, rows[a.row]["top1_top2_logit_margin"])):
+                print(f"  row {a.row} step {i:2}: gap {g:+.4f}, recorded fp32 margin {m:.4f}")
         return 0
 
     print("\n== sanity: no rounding (must be 16/16 exact) and all points on")

@@ -99,6 +99,54 @@ SingleSequence single_sequence(const LaunchConfig& l, int max_context = 256) {
   return SingleSequence(testing::cuda_backend(), sala(), l, /*slot=*/1, max_context);
 }
 
+// Each greedy reference row fed alone (prompt in one step, then its recorded continuation one decode step at a
+// time through the batch-1 graph), so that every step sees the reference's own context: the top-1 must be the
+// recorded token wherever the recorded fp32 margin is at least 0.05. Prints each row's smallest gap (logit of the
+// recorded token minus the best other) and the whole trace of any row that leaves it, beside the recorded
+// margins: a bisection of the batched greedy test above (the same rows, one sequence, no mixed steps).
+TEST(CudaSala, GreedyReferenceFedAloneKeepsTop1AboveTheLine) {
+  SKIP_WITHOUT_CUDA_SALA();
+  const auto rows = read_jsonl(tiny_sala_dir() + "/greedy_reference.jsonl");
+  ASSERT_EQ(rows.size(), 16u);
+  const int V = sala().config.vocab;
+  LaunchConfig l;
+  int above_line_flips = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto prompt = rows[r]["prompt_ids"].get<std::vector<int32_t>>();
+    const auto cont = rows[r]["reference_greedy_fp32"].get<std::vector<int32_t>>();
+    const auto margin = rows[r]["top1_top2_logit_margin"].get<std::vector<double>>();
+    std::vector<int32_t> ids = prompt;
+    ids.insert(ids.end(), cont.begin(), cont.end() - 1);
+    SingleSequence seq = single_sequence(l);
+    const int P = static_cast<int>(prompt.size());
+    const std::vector<float> logits = seq.feed_steps(ids, P, P);
+    ASSERT_EQ(logits.size(), ids.size() * static_cast<std::size_t>(V)) << "row " << r;
+    std::vector<double> gap(cont.size());
+    double min_gap = 1e30;
+    int first_flip = -1;
+    for (std::size_t i = 0; i < cont.size(); ++i) {
+      const float* lg = logits.data() + (static_cast<std::size_t>(P) - 1 + i) * V;
+      float other = -1e30f;
+      for (int v = 0; v < V; ++v)
+        if (v != cont[i]) other = std::max(other, lg[v]);
+      gap[i] = lg[cont[i]] - other;
+      min_gap = std::min(min_gap, gap[i]);
+      if (gap[i] <= 0 && first_flip < 0) first_flip = static_cast<int>(i);
+      if (gap[i] <= 0 && margin[i] >= 0.05) {
+        ++above_line_flips;
+        ADD_FAILURE() << "row " << r << " step " << i << ": top-1 is not the recorded token (gap " << gap[i]
+                      << ", recorded margin " << margin[i] << ")";
+      }
+    }
+    std::printf("tiny-sala CUDA bf16 greedy row %zu fed alone: smallest gap %+.4f%s\n", r, min_gap,
+                first_flip < 0 ? "" : (", first flip at step " + std::to_string(first_flip)).c_str());
+    if (first_flip >= 0)
+      for (std::size_t i = 0; i < cont.size(); ++i)
+        std::printf("  row %zu step %2zu: gap %+.4f, recorded fp32 margin %.4f\n", r, i, gap[i], margin[i]);
+  }
+  std::printf("tiny-sala CUDA bf16 greedy rows fed alone: %d flips at a recorded margin >= 0.05\n", above_line_flips);
+}
+
 TEST(CudaSala, DecodeStepByStepEqualsOneFullPrefill) {
   SKIP_WITHOUT_CUDA_SALA();
   const std::vector<int32_t> ids = testing::random_ids(150, 12345, 4094);
