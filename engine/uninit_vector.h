@@ -4,6 +4,10 @@
 // tensor touch it again. Everything else about it is std::vector.
 #pragma once
 
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -12,9 +16,27 @@
 
 namespace soartune::engine {
 
+// Blocks of kHugeBlockBytes or more (the weights of large models) are 2 MiB-aligned and marked for transparent huge
+// pages: the threads that first touch them then take one page fault per 2 MiB instead of per 4 KiB. Only how the
+// pages are mapped changes; the values never do.
+inline constexpr std::size_t kHugePageBytes = std::size_t(2) << 20;
+inline constexpr std::size_t kHugeBlockBytes = std::size_t(4) << 20;
+
 template <typename T>
 struct UninitAllocator : std::allocator<T> {
   using value_type = T;
+  T* allocate(std::size_t n) {
+    const std::size_t bytes = n * sizeof(T);
+    if (bytes < kHugeBlockBytes) return std::allocator<T>::allocate(n);
+    void* p = nullptr;
+    if (posix_memalign(&p, kHugePageBytes, bytes) != 0) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);  // a hint: where the kernel declines it, the pages stay 4 KiB
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n * sizeof(T) < kHugeBlockBytes) std::allocator<T>::deallocate(p, n);
+    else std::free(p);
+  }
   template <typename U>
   struct rebind {
     using other = UninitAllocator<U>;
