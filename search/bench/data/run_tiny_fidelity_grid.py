@@ -34,10 +34,12 @@ Each config's runs are made together (repeat by repeat, each repeat over every l
 config boundary: a config is started only if the mean time of the configs so far still fits before the deadline.
 
 Usage: run_tiny_fidelity_grid.py BUILD_DIR [--backend cpu|cuda|cuda-8b] [--model DIR] [--jobs N] [--repeats N]
-           [--deadline SECONDS] [--values KNOB=V1,V2 ...] [--skip CSV] [--limit N]
+           [--first-repeat N] [--deadline SECONDS] [--values KNOB=V1,V2 ...] [--skip CSV] [--limit N]
            [--timed-model SPEC] [--worker-backend cpu|cuda] > table.csv
   --values restricts a knob to some of the grid's values (repeatable); --skip leaves out configs that already
-  have all their levels in an earlier output (concatenate the two outputs' rows afterwards).
+  have all their levels, for every repeat this call runs, in an earlier output (concatenate the two outputs' rows
+  afterwards); --first-repeat numbers this call's repeats from N, so that a later call adds a second repeat to a
+  table recorded one repeat at a time (--repeats 1 --first-repeat 1 --skip TABLE).
 """
 import argparse
 import concurrent.futures as cf
@@ -133,6 +135,8 @@ def main():
     ap.add_argument("--model", default=os.path.normpath(os.path.join(here, "../../../../shared/models/tiny-llama-bpe4k")))
     ap.add_argument("--jobs", type=int, default=0, help="CPU backend: trials at once (default: cores - 2)")
     ap.add_argument("--repeats", type=int, default=1, help="runs of each config at each level (rows keep the index)")
+    ap.add_argument("--first-repeat", type=int, default=0,
+                    help="index of the first repeat (a later call adds repeats to an earlier table: --first-repeat 1)")
     ap.add_argument("--deadline", type=float, default=0, help="seconds from the start: no config started after")
     ap.add_argument("--limit", type=int, default=0, help="only the first N configs of the shuffled grid")
     ap.add_argument("--values", action="append", default=[], help="KNOB=V1,V2: only these values of KNOB")
@@ -140,6 +144,7 @@ def main():
     ap.add_argument("--timed-model", help="cuda-8b: the model the durations come from (default synthetic:llama3-8b)")
     ap.add_argument("--worker-backend", choices=["cpu", "cuda"], help="cuda-8b: the worker's backend (default cuda)")
     ap.add_argument("--trial-timeout", type=float, default=120, help="seconds one worker run may take")
+    ap.add_argument("--list", action="store_true", help="print the configs this call would run, in order, and exit")
     a = ap.parse_args()
     setup = SETUPS[a.backend]
     knobs = setup["knobs"]
@@ -155,14 +160,31 @@ def main():
         if k not in knobs:
             sys.exit(f"--values: {k} is not one of {', '.join(knobs)}")
         keep[knobs.index(k)] = set(vals.split(","))
+    if a.first_repeat < 0:
+        sys.exit("--first-repeat: must be >= 0")
+    reps = range(a.first_repeat, a.first_repeat + a.repeats)
     done = set()
     if a.skip:
+        # A config is done when the earlier output holds every level of every repeat this call would run.
         with open(a.skip) as fh:
             rows = [line.strip().split(",") for line in fh if line.strip()][1:]
-        levels_of = {}
+        runs_of = {}
         for r in rows:
-            levels_of.setdefault(tuple(r[:len(knobs)]), set()).add(r[len(knobs)])
-        done = {k for k, ls in levels_of.items() if len(ls) == len(LEVELS)}
+            runs_of.setdefault(tuple(r[:len(knobs)]), set()).add((r[len(knobs)], int(r[len(knobs) + 1])))
+        done = {k for k, runs in runs_of.items()
+                if all(("%.6f" % f, rep) in runs for f in LEVELS for rep in reps)}
+    grid = [c for c in setup["grid"] if c != setup["reference"]]
+    random.Random(21).shuffle(grid)
+    cfgs = [setup["reference"]] + grid
+    cfgs = [c for c in cfgs if all(str(c[i]) in vs for i, vs in keep.items())]
+    cfgs = [c for c in cfgs if tuple(str(x) for x in c) not in done]
+    if a.limit:
+        cfgs = cfgs[:a.limit]
+    if a.list:
+        for c in cfgs:
+            print(",".join(str(x) for x in c))
+        print(f"{len(cfgs)} configs x repeats {reps.start}..{reps.stop - 1}", file=sys.stderr)
+        return
     worker = os.path.join(a.build, "bin", "soartune-worker")
     tmp = tempfile.mkdtemp()
     refs = []
@@ -176,13 +198,6 @@ def main():
             sys.exit(f"reference trial at level {f} failed (spec {path})")
         print(f"reference at level {f:.4f}: {wall:.2f} s", file=sys.stderr, flush=True)
         refs.append(ref)
-    grid = [c for c in setup["grid"] if c != setup["reference"]]
-    random.Random(21).shuffle(grid)
-    cfgs = [setup["reference"]] + grid
-    cfgs = [c for c in cfgs if all(str(c[i]) in vs for i, vs in keep.items())]
-    cfgs = [c for c in cfgs if tuple(str(x) for x in c) not in done]
-    if a.limit:
-        cfgs = cfgs[:a.limit]
     cores = queue.Queue()
     for k in range(jobs):
         cores.put(k % max(1, os.cpu_count() or 1))
@@ -197,7 +212,7 @@ def main():
         t0 = time.monotonic()
         try:
             rows = []
-            for rep in range(a.repeats):
+            for rep in reps:
                 for li, f in enumerate(LEVELS):
                     path = os.path.join(tmp, f"t{i}-{rep}-{li}.yaml")
                     with open(path, "w") as fh:
