@@ -861,7 +861,8 @@ std::string gemv_plan(const GemvArgs& a, const std::string& variant, GemvPlan* p
     // 0.718, gate|up 1.187 against 1.250), wide ones m1w16u1p (down 0.742 against 0.817). Whole-model decode
     // against the rule above, same call (run 78): sala bf16 b2 / b4 / b8 6.986 / 7.110 / 7.298 ms against 7.136 /
     // 7.353 / 7.718, int4 g128 b8 3.220 against 3.423; int4 b2 / b4 were slower (2.775 / 2.923 against 2.740 /
-    // 2.904), hence 5..8 (b5-b7 not measured). At batch 1 the rules above stay the fastest.
+    // 2.904), hence 5..8; b5 / b6 / b7 under this rule 2.982 / 3.085 / 3.136 ms (run 83), between b4's 2.861 and
+    // b8's 3.252. At batch 1 the rules above stay the fastest.
     if (a.batch >= 2 && a.batch <= 8 && !is_quantized(a.w.format)) p.variant = kPrefetch;
     if (a.batch >= 5 && a.batch <= 8 && a.w.format == WeightFormat::kInt4) p.variant = tall ? kTallPair : kPrefetch;
     // At batch 1 on sm_90, 16-bit layers stream best through the pipelined form: its producer runs ahead of
