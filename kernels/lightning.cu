@@ -106,7 +106,10 @@ __global__ void __launch_bounds__(kQkWarps * 32) lightning_qk_kernel(const Light
 }
 
 // ---- decode: one token per sequence -------------------------------------------------------------------------
-// A CTA per (sequence, head, 32 state columns), so a batch-1 step of 32 heads of 128 still fills 128 SMs. A
+// A CTA per (32 state columns, head, sequence), so a batch-1 step of 32 heads of 128 still fills 128 SMs. The
+// column slices are the grid's fastest index, then the heads: CTAs that run together read and write whole
+// neighbouring state rows (a head's D x D state, then the next head's) rather than a quarter of each row of many
+// heads, which left most of every DRAM page to a later wave. A
 // thread owns kVec adjacent columns (one 16-byte access: 4 fp32 or 8 bf16 values) of kRows rows spread
 // kRowsPerPass apart, and asks for all of them before it uses any: the CTA's whole state slice (16 KB fp32, 8 KB
 // bf16 at d 128) is in flight at once, where a latency-bound batch-1 step needs every byte it can get. Each
@@ -148,9 +151,9 @@ __global__ void __launch_bounds__(kDecodeThreads) lightning_decode_kernel(const 
   __shared__ float part[kWarps][kCols];
   // Dependents wait for this kernel's completion before they read anything it writes (kernels/launch.cuh).
   pdl_launch_dependents();
-  const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int s = blockIdx.z, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int cl = tid % kLanesPerRow, r0 = tid / kLanesPerRow;  // this thread: columns cl * kVec + [0, kVec), rows
-  const int c0 = blockIdx.z * kCols + cl * kVec;              //   r0 + p * kRowsPerPass, p < kRows
+  const int c0 = blockIdx.x * kCols + cl * kVec;              //   r0 + p * kRowsPerPass, p < kRows
   // The step's layout (q_offsets, start_pos, seq_slots: copied from the host before the step, like the positions
   // lightning_qk reads before its wait) and the decays (uploaded once) come from no kernel: read before the wait.
   const int t0 = a.q_offsets[s];
@@ -212,7 +215,7 @@ __global__ void __launch_bounds__(kDecodeThreads) lightning_decode_kernel(const 
     float o = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) o += part[w][tid];
-    a.out[int64_t(t0) * a.heads * D + int64_t(h) * D + blockIdx.z * kCols + tid] = a.scale * o;
+    a.out[int64_t(t0) * a.heads * D + int64_t(h) * D + blockIdx.x * kCols + tid] = a.scale * o;
   }
 }
 
@@ -671,7 +674,7 @@ bool mma_form_fits(const LightningArgs& a) {
 
 template <typename StateT>
 cudaError_t run_typed(const LightningArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.batch, a.heads, a.head_dim / kCols);
+  const dim3 grid(a.head_dim / kCols, a.heads, a.batch);
   cudaError_t e = a.head_dim == 64 ? launch(lightning_decode_kernel<64, StateT>, grid, kDecodeThreads, 0, stream, a)
                                    : launch(lightning_decode_kernel<128, StateT>, grid, kDecodeThreads, 0, stream, a);
   if (e != cudaSuccess || a.max_tokens <= 1) return e;
@@ -779,6 +782,7 @@ std::string lightning_can_implement(const LightningArgs& a) {
   if (a.state_dtype != LightningStateDtype::kFp32 && a.state_dtype != LightningStateDtype::kBf16)
     return "state_dtype: must be fp32 or bf16";
   if (a.batch < 0 || a.max_tokens < 1) return "batch / max_tokens: batch must be >= 0 and max_tokens >= 1";
+  if (a.batch > 65535) return "batch: " + std::to_string(a.batch) + " sequences; the decode grid allows 0..65535";
   if (a.slots <= 0) return "slots: must be positive";
   if (a.prefill_form != LightningPrefillForm::kAuto && a.prefill_form != LightningPrefillForm::kTensorCores &&
       a.prefill_form != LightningPrefillForm::kCudaCores)
