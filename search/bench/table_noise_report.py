@@ -107,7 +107,8 @@ def median_pick(runs):
 
 
 def repeat_pick(i):
-    return lambda runs: ([runs[i][t] for t in TIERS], runs[i]["accuracy_pct"])
+    """Repeat i of a config's runs (its last where it has fewer)."""
+    return lambda runs: ([runs[min(i, len(runs) - 1)][t] for t in TIERS], runs[min(i, len(runs) - 1)]["accuracy_pct"])
 
 
 def fmt_cfg(knobs, c):
@@ -128,33 +129,37 @@ def main():
     knobs, order, table = read(a.table)
     levels = sorted({lv for _, lv in table})
     full = levels[-1]
-    # Configs measured at every level with at least 2 completed repeats each: the ones every figure compares.
-    configs = [c for c in order if all(len(table.get((c, lv), [])) >= 2 for lv in levels)]
-    print(f"table {a.table}: {len(order)} configs, {len(configs)} with >= 2 completed repeats at every level "
-          f"({', '.join('%.4g' % lv for lv in levels)}); knobs {', '.join(knobs)}")
-    if len(configs) < 3:
-        sys.exit(f"{a.table}: every figure here compares repeats; needs >= 3 configs with 2 completed repeats at "
-                 f"every level (run_tiny_fidelity_grid.py --repeats 2), has {len(configs)}")
+    # Configs measured at every level (the scores, ranks and costs below), and those of them with at least 2
+    # completed repeats at every level (the noise between repeats). A table recorded one repeat at a time may hold
+    # a second repeat of some configs only: the others take their one run as both repeats.
+    configs = [c for c in order if all(table.get((c, lv)) for lv in levels)]
+    repeated = [c for c in configs if all(len(table[(c, lv)]) >= 2 for lv in levels)]
+    print(f"table {a.table}: {len(order)} configs, {len(configs)} at every level "
+          f"({', '.join('%.4g' % lv for lv in levels)}), {len(repeated)} of them with >= 2 completed repeats at "
+          f"every level; knobs {', '.join(knobs)}")
+    if len(repeated) < 3:
+        sys.exit(f"{a.table}: the noise figures compare repeats; needs >= 3 configs with 2 completed repeats at "
+                 f"every level (run_tiny_fidelity_grid.py --repeats 2, or --first-repeat 1), has {len(repeated)}")
 
-    print("\n## Timing noise between repeats: |r0 - r1| / mean of the two, over configs")
+    print(f"\n## Timing noise between repeats: |r0 - r1| / mean of the two, over the {len(repeated)} repeated configs")
     for lv in levels:
         for t in TIERS:
             v = [abs(table[(c, lv)][0][t] - table[(c, lv)][1][t]) /
-                 statistics.fmean([table[(c, lv)][0][t], table[(c, lv)][1][t]]) for c in configs]
+                 statistics.fmean([table[(c, lv)][0][t], table[(c, lv)][1][t]]) for c in repeated]
             print(f"  level {lv:.4g} {t:7s} {stats(v)}")
-        s0 = level_scores(table, configs, lv, repeat_pick(0))
-        s1 = level_scores(table, configs, lv, repeat_pick(1))
-        v = [abs(s0[c] - s1[c]) / statistics.fmean([s0[c], s1[c]]) for c in configs if s0[c] + s1[c] > 0]
+        s0 = level_scores(table, repeated, lv, repeat_pick(0))
+        s1 = level_scores(table, repeated, lv, repeat_pick(1))
+        v = [abs(s0[c] - s1[c]) / statistics.fmean([s0[c], s1[c]]) for c in repeated if s0[c] + s1[c] > 0]
         print(f"  level {lv:.4g} gated score (each repeat scored against its own repeat's fastest; "
               f"{len(v)} configs that pass the gate) {stats(v)}")
     # Where the noise sits: a knob value whose configs carry most of it (e.g. launch-bound steps without CUDA
     # graphs) says which configs a repeat would be worth spending on.
     print(f"  by knob value, level {full:.4g}, the three tiers together:")
     for i, k in enumerate(knobs):
-        for val in dict.fromkeys(c[i] for c in configs):
+        for val in dict.fromkeys(c[i] for c in repeated):
             v = [abs(table[(c, full)][0][t] - table[(c, full)][1][t]) /
                  statistics.fmean([table[(c, full)][0][t], table[(c, full)][1][t]])
-                 for c in configs if c[i] == val for t in TIERS]
+                 for c in repeated if c[i] == val for t in TIERS]
             print(f"    {k}={val} ({len(v) // 3} configs): {stats(v)}")
 
     print("\n## The top of the full level (median of repeats)")
@@ -189,7 +194,7 @@ def main():
     rng = random.Random(1)
     differ = best_out = 0
     for _ in range(a.draws):
-        pick = {c: rng.randrange(2) for c in configs}
+        pick = {c: rng.randrange(len(table[(c, full)])) for c in configs}
         chosen = {c: repeat_pick(pick[c])(table[(c, full)]) for c in configs}
         bd = [min(d[t] for d, _ in chosen.values()) for t in range(3)]
         s = {c: score(d, acc, bd) for c, (d, acc) in chosen.items()}
@@ -197,7 +202,7 @@ def main():
         t = {c for c in configs if s[c] >= frac * b}
         differ += t != targets
         best_out += not (targets & {c for c in configs if s[c] == b})
-    print(f"  {a.draws} draws of one repeat per config: the within-{a.within:g}% set differs from the medians' in "
+    print(f"  {a.draws} draws of one repeat per config ({len(repeated)} of {len(configs)} have two): the within-{a.within:g}% set differs from the medians' in "
           f"{100 * differ / a.draws:.1f}%; the draw's best is not a median target in {100 * best_out / a.draws:.1f}%")
 
     print("\n## Rank correlation (Spearman, average ranks for ties) of each level with the full level, medians")
