@@ -49,7 +49,8 @@ struct StepOutput {
   std::span<float> logits;               // [R][vocab] fp32 logits; empty = not wanted this step
   std::span<float> residual_stream;      // [layers + 1][T][hidden]: the scaled embedding, then the residual
                                          // stream after each layer, to bisect a mismatch against a reference
-                                         // layer by layer; empty = not wanted. The CPU backend fills it.
+                                         // layer by layer; empty = not wanted. Both backends fill it (CUDA:
+                                         // the step runs eager, copying the stream out after every layer).
 };
 
 struct BackendPlan {

@@ -601,10 +601,12 @@ fi
 # `tables8b`: the 8B shape with proxy accuracy (the recorder's cuda-8b setup: synthetic:llama3-8b timed on
 # race-gpu-short, accuracy of the same launch on tiny-llama-bpe4k; 18 configs). A trial of this shape took 33-52 s
 # in run 69, so one call records a part of the grid (configs start in a seeded random order: the part is a uniform
-# sample); TABLE_ARGS="--skip EARLIER.csv" continues an earlier part in a later call, and TABLE_REPEATS=1
-# TABLE_ARGS="--first-repeat 1 --skip search/bench/data/llama3_8b_gpu_fidelity_trials.csv" records the committed
-# table's second repeat (run 84 recorded 16 configs, one repeat: about 45 s a config on an H100; `--list` prints what
-# a call would run). TABLE_ARGS="--timed-model synthetic:tiny --worker-backend cpu --limit 1" checks the plumbing
+# sample); TABLE_ARGS="--skip EARLIER.csv" continues an earlier part in a later call. Two tables are committed, one
+# a card: llama3_8b_gpu_fidelity_trials.csv (an H100, run 84: 16 configs, one repeat, about 45 s a config) and
+# llama3_8b_h200_fidelity_trials.csv (the H200, runs 86-89: 18 configs, a second repeat of 4, about 52 s a config).
+# TABLE_REPEATS=1 TABLE_ARGS="--first-repeat 1 --skip search/bench/data/llama3_8b_h200_fidelity_trials.csv" adds
+# second repeats to the H200's (check the card first: rows of another card do not belong in it; `--list` prints
+# what a call would run). TABLE_ARGS="--timed-model synthetic:tiny --worker-backend cpu --limit 1" checks the plumbing
 # without a GPU.
 if want tables8b; then
   record_table tables8b cuda-8b llama3_8b_gpu_fidelity_trials.csv

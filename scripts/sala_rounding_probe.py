@@ -51,6 +51,7 @@ exact and which diverge at a recorded margin >= 0.05.
     /usr/bin/python3 scripts/sala_rounding_probe.py --points all,sm_probs               # 'all' = every POINT
     /usr/bin/python3 scripts/sala_rounding_probe.py --exhaustive --extra                 # everything (~10 min)
     /usr/bin/python3 scripts/sala_rounding_probe.py --teacher-forced [--points P] [--prefill chunked] [--sm-tile 64]
+    /usr/bin/python3 scripts/sala_rounding_probe.py --reference-logits [--points P] [--prefill chunked]
 --teacher-forced: top-1 agreement on eval_public.jsonl as its README defines it (one full-sequence prefill of
 prompt + continuation per row; the argmax at each of the 32 continuation positions against the recorded
 `ref_teacher_forced_top1`; 1024 positions); with --points that subset, else none / all / all+sm_probs /
@@ -73,12 +74,17 @@ sm_probs_l alone: 16/16 exact, gap@23 +0.0700.
 Teacher-forced (eval_public, 1024 positions; recurrent / chunked prefill): no points 100.00 / 100.00%, all 99.02 /
 99.22%, all+sm_probs 99.32 / 98.93%, all+sm_probs_l 99.12 / 99.22% (with --sm-tile 64: all+sm_probs 99.02 / 98.73%,
 all+sm_probs_l 99.32 / 98.83%); every flip at an fp32 margin < 0.065 -- the engine's 99.02% is in this range.
+--reference-logits: the 4 prompts of reference_logits.safetensors, logits and prompt 0's residual stream per layer
+against the recorded fp32 values (the CUDA test CudaSala.LogitsAgainstTheFp32ReferenceLayerByLayer prints the
+engine's): all points on, logits max |diff| 0.15, RMS 0.022, top-1 254/256 (chunked prefill 255/256); residual max
+|diff| / max |ref| after layers 0..7: 1.1e-3 1.8e-3 2.6e-3 3.8e-3 4.0e-3 5.6e-3 4.9e-3 5.2e-3 (no points: 0).
 --points all --trace: the gaps move by a median 0.0211 (90th percentile 0.0510, 99th 0.0768, max 0.0839) over
 627 steps of the 16 rows; 39 steps moved down by more than 0.05.
 """
 import argparse
 import itertools
 import json
+import math
 import os
 import sys
 import time
@@ -203,7 +209,8 @@ class RoundingModel:
         return self.r("swiglu", torch.nn.functional.silu(gate) * up) @ w[p + "down_proj.weight"].T
 
     @torch.no_grad()
-    def forward(self, ids, cache, pos0):
+    def forward(self, ids, cache, pos0, trace=None):
+        """Logits of every position of ids; trace (a list) receives the residual stream after every layer."""
         ref, cfg, w = self.ref, self.cfg, self.w
         ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
         eps, rs = cfg.rms_norm_eps, cfg.residual_scale
@@ -215,6 +222,8 @@ class RoundingModel:
             h = self.r("residual", h + self.r("o_down", mixer(i, x, pos0, cache[i])) * rs)
             x = self.r("norm", ref.rms_norm(h, w[p + "post_attention_layernorm.weight"], eps))
             h = self.r("residual", h + self.r("o_down", self._mlp(i, x)) * rs)
+            if trace is not None:
+                trace.append(h.clone())
         h = self.r("final_norm", ref.rms_norm(h, w["model.norm.weight"], eps))
         return self.r("logits", (h / cfg.logit_divisor) @ w["lm_head.weight"].T)
 
@@ -336,6 +345,34 @@ def teacher_forced_report(ref, cfg, weights, rows, points, args, margins):
     return agree, total
 
 
+def reference_logits_report(ref, cfg, weights, model_dir, points, args):
+    """The 4 prompts of reference_logits.safetensors through the rounding model (one full-sequence prefill each):
+    logits error against the recorded fp32 logits (max abs, RMS, top-1 agreement over the 256 positions) and, for
+    prompt 0, the residual stream after every layer against `residual_stream_prompt0` (max abs error over the
+    layer's max abs value). With no point on this is sala_ref's own computation (errors at fp32 level); with the
+    engine's points on it is what those roundings alone cost, to set beside the CUDA test
+    CudaSala.LogitsAgainstTheFp32ReferenceLayerByLayer, which prints the engine's own figures in the same form."""
+    recorded = ref.load_safetensors(os.path.join(model_dir, "reference_logits.safetensors"))
+    ids, want, resid = recorded["input_ids"], recorded["logits"].float(), recorded["residual_stream_prompt0"].float()
+    m = RoundingModel(ref, cfg, weights, points, args.prefill, args.sm_tile)
+    worst = rms = 0.0
+    agree = total = 0
+    layers = []
+    for p in range(ids.shape[0]):
+        trace = [] if p == 0 else None
+        got = m.forward(ids[p].tolist(), m.new_cache(), 0, trace)
+        d = got - want[p]
+        worst = max(worst, float(d.abs().max()))
+        rms += float((d * d).mean())
+        agree += int((got.argmax(-1) == want[p].argmax(-1)).sum())
+        total += got.shape[0]
+        if trace is not None:
+            layers = [float((t - resid[i + 1]).abs().max() / resid[i + 1].abs().max()) for i, t in enumerate(trace)]
+    print(f"  {points_name(points):40s} logits max |diff| {worst:.3g}, RMS {math.sqrt(rms / ids.shape[0]):.3g}, "
+          f"top-1 {agree}/{total}; prompt 0 residual after each layer, max |diff| / max |ref|: "
+          + " ".join(f"{x:.2e}" for x in layers))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -355,6 +392,9 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="with --points: print row --row's gap at every step beside the recorded margin (to set "
                     "beside the CUDA test CudaSala.GreedyReferenceFedAloneKeepsTop1AboveTheLine's trace)")
+    ap.add_argument("--reference-logits", action="store_true",
+                    help="the 4 prompts of reference_logits.safetensors: logits and (prompt 0) per-layer residual "
+                    "error against the recorded fp32 values (--points subset, else none / all / all+each of PROB_POINTS)")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -365,6 +405,17 @@ def main():
     weights = sala_ref.load_model_dir_weights(a.model_dir)
     parse_points = lambda spec: list(dict.fromkeys(
         q for p in spec.split(",") if p for q in (POINTS if p == "all" else [p])))
+
+    if a.reference_logits:
+        t0 = time.time()
+        print(f"model {os.path.abspath(a.model_dir)}, reference_logits.safetensors (4 prompts x 64 tokens, one "
+              f"full-sequence prefill each), prefill {a.prefill}, sm tile {a.sm_tile or 'row'}")
+        configs = [parse_points(a.points)] if a.points is not None else \
+            [[], POINTS] + [POINTS + [p] for p in PROB_POINTS]
+        for pts in configs:
+            reference_logits_report(sala_ref, cfg, weights, a.model_dir, pts, a)
+        print(f"({time.time() - t0:.0f} s)")
+        return 0
 
     if a.teacher_forced:
         rows = [json.loads(line) for line in open(os.path.join(a.model_dir, "eval_public.jsonl"))]

@@ -784,6 +784,11 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
   SOARTUNE_CUDA_TRY(kn::embedding_gather_run(d_tokens_, embed_, residual_, T, c.hidden, stream_,
                                              c.embed_scale / stream_scale_));
   stage_end("embed");
+  // A step asked for its residual stream (StepOutput::residual_stream; eager steps only): a copy after the
+  // embedding and after every layer, scaled back to h by forward() once the step is done.
+  const size_t stream_floats = size_t(T) * c.hidden;
+  if (capture_)
+    SOARTUNE_CUDA_TRY(cudaMemcpyAsync(capture_, residual_, stream_floats * 4, cudaMemcpyDeviceToHost, stream_));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const CudaLayer& L = layers_[l];
     kn::RmsNormArgs na;
@@ -833,6 +838,9 @@ Status CudaModel::run_layers(int T, bool decode_only, int batch, int max_q_len, 
     }
     SOARTUNE_STATUS_TRY(linear(LinearOp::kDown, L.down, down_x, residual_, T, false, /*accumulate=*/true));
     stage_end("linear_down");
+    if (capture_)
+      SOARTUNE_CUDA_TRY(cudaMemcpyAsync(capture_ + (l + 1) * stream_floats, residual_, stream_floats * 4,
+                                        cudaMemcpyDeviceToHost, stream_));
   }
   if (rows_out == 0) return Status::Ok();  // a prefill chunk that only fills the KV cache
   kn::RmsNormArgs fa;
@@ -930,16 +938,23 @@ Status CudaModel::forward(const Step& step, StepOutput& out) {
   if (int(out.argmax.size()) < R) return Status::Invalid("out.argmax: fewer entries than output rows");
   if (!out.logits.empty() && out.logits.size() < size_t(R) * cfg_.vocab)
     return Status::Invalid("out.logits: fewer than rows * vocab entries");
+  const size_t stream_floats = size_t(T) * cfg_.hidden;
+  const bool capture = !out.residual_stream.empty();
+  if (capture && out.residual_stream.size() < size_t(cfg_.layers + 1) * stream_floats)
+    return Status::Invalid("out.residual_stream: fewer than (layers + 1) * tokens * hidden entries");
   const bool decode_only = S == T;
   int max_q_len = 0, max_seq_len = 0;
   SOARTUNE_STATUS_TRY(copy_inputs(step, decode_only, &max_q_len, &max_seq_len));
   auto it = decode_only && R == T ? graphs_.find(T) : graphs_.end();
   bool rows_identity = true;
   for (int r = 0; r < R; ++r) rows_identity = rows_identity && step.output_rows[r] == r;
-  if (it != graphs_.end() && rows_identity && !observer_) {
+  if (it != graphs_.end() && rows_identity && !observer_ && !capture) {
     SOARTUNE_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
   } else {
-    SOARTUNE_STATUS_TRY(run_layers(T, decode_only, S, max_q_len, decode_only ? opt_.max_context : max_seq_len, R));
+    capture_ = capture ? out.residual_stream.data() : nullptr;
+    const Status s = run_layers(T, decode_only, S, max_q_len, decode_only ? opt_.max_context : max_seq_len, R);
+    capture_ = nullptr;
+    SOARTUNE_STATUS_TRY(s);
   }
   if (R > 0) SOARTUNE_CUDA_TRY(cudaMemcpyAsync(h_argmax_, d_argmax_, size_t(R) * 4, cudaMemcpyDeviceToHost, stream_));
   if (R > 0 && !out.logits.empty())
@@ -947,6 +962,8 @@ Status CudaModel::forward(const Step& step, StepOutput& out) {
                                       cudaMemcpyDeviceToHost, stream_));
   SOARTUNE_CUDA_TRY(cudaStreamSynchronize(stream_));
   std::copy(h_argmax_, h_argmax_ + R, out.argmax.begin());
+  if (capture)
+    for (size_t i = 0; i < size_t(cfg_.layers + 1) * stream_floats; ++i) out.residual_stream[i] *= stream_scale_;
   return Status::Ok();
 }
 

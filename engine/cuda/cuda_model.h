@@ -253,6 +253,7 @@ class CudaModel {
   int32_t* h_inputs_ = nullptr;    // pinned mirror of d_inputs_
   size_t inputs_words_ = 0;
   float* residual_ = nullptr;      // [T][hidden]
+  float* capture_ = nullptr;       // host [layers + 1][T][hidden] while an eager step copies its residual stream out
   void* xn_ = nullptr;             // bf16 [T][max(hidden, intermediate)]
   void* wide_ = nullptr;           // bf16 [T][max(qkv, 2 intermediate)] (qkv, then gate|up)
   void* q_ = nullptr;              // bf16 [T][q_dim]; after attention, the gated output of a gated softmax layer
