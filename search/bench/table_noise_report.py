@@ -6,7 +6,9 @@ configs against that noise, how well the screening levels rank the full level, a
 Scores follow search/scoring.cc with the default scoring (weights c1 0.4, c8 0.3, cinf 0.3; gate above 99 / 98 /
 97% -> 1 / 0.96 / 0.92, accuracy capped at 100) and durations relative to the fastest config of the same level, as
 bo_bench's replay and fidelity landscapes do; a config's truth is the per-metric median of its repeats (with 2
-repeats, their mean). Standard library only, so it runs wherever the table does. The formula is the one of
+repeats, their mean). A table recorded one repeat at a time may repeat only some configs: the noise is measured
+over those (it needs at least 3), everything else over every config measured at every level; a table without
+repeats gets everything but the noise. Standard library only, so it runs wherever the table does. The formula is the one of
 search/scoring.cc, restated here as scripts/botorch_peer.py restates it; --check-export holds it to bo_bench's own
 scores (its --export-landscape of the same table) and fails on any difference.
 
@@ -138,29 +140,30 @@ def main():
           f"({', '.join('%.4g' % lv for lv in levels)}), {len(repeated)} of them with >= 2 completed repeats at "
           f"every level; knobs {', '.join(knobs)}")
     if len(repeated) < 3:
-        sys.exit(f"{a.table}: the noise figures compare repeats; needs >= 3 configs with 2 completed repeats at "
-                 f"every level (run_tiny_fidelity_grid.py --repeats 2, or --first-repeat 1), has {len(repeated)}")
-
-    print(f"\n## Timing noise between repeats: |r0 - r1| / mean of the two, over the {len(repeated)} repeated configs")
-    for lv in levels:
-        for t in TIERS:
-            v = [abs(table[(c, lv)][0][t] - table[(c, lv)][1][t]) /
-                 statistics.fmean([table[(c, lv)][0][t], table[(c, lv)][1][t]]) for c in repeated]
-            print(f"  level {lv:.4g} {t:7s} {stats(v)}")
-        s0 = level_scores(table, repeated, lv, repeat_pick(0))
-        s1 = level_scores(table, repeated, lv, repeat_pick(1))
-        v = [abs(s0[c] - s1[c]) / statistics.fmean([s0[c], s1[c]]) for c in repeated if s0[c] + s1[c] > 0]
-        print(f"  level {lv:.4g} gated score (each repeat scored against its own repeat's fastest; "
-              f"{len(v)} configs that pass the gate) {stats(v)}")
-    # Where the noise sits: a knob value whose configs carry most of it (e.g. launch-bound steps without CUDA
-    # graphs) says which configs a repeat would be worth spending on.
-    print(f"  by knob value, level {full:.4g}, the three tiers together:")
-    for i, k in enumerate(knobs):
-        for val in dict.fromkeys(c[i] for c in repeated):
-            v = [abs(table[(c, full)][0][t] - table[(c, full)][1][t]) /
-                 statistics.fmean([table[(c, full)][0][t], table[(c, full)][1][t]])
-                 for c in repeated if c[i] == val for t in TIERS]
-            print(f"    {k}={val} ({len(v) // 3} configs): {stats(v)}")
+        print(f"\n## Timing noise between repeats: not measured (it needs >= 3 configs with 2 completed repeats at "
+              f"every level: run_tiny_fidelity_grid.py --repeats 2, or a later --first-repeat 1; this table has "
+              f"{len(repeated)})")
+    else:
+        print(f"\n## Timing noise between repeats: |r0 - r1| / mean of the two, over the {len(repeated)} repeated configs")
+        for lv in levels:
+            for t in TIERS:
+                v = [abs(table[(c, lv)][0][t] - table[(c, lv)][1][t]) /
+                     statistics.fmean([table[(c, lv)][0][t], table[(c, lv)][1][t]]) for c in repeated]
+                print(f"  level {lv:.4g} {t:7s} {stats(v)}")
+            s0 = level_scores(table, repeated, lv, repeat_pick(0))
+            s1 = level_scores(table, repeated, lv, repeat_pick(1))
+            v = [abs(s0[c] - s1[c]) / statistics.fmean([s0[c], s1[c]]) for c in repeated if s0[c] + s1[c] > 0]
+            print(f"  level {lv:.4g} gated score (each repeat scored against its own repeat's fastest; "
+                  f"{len(v)} configs that pass the gate) {stats(v)}")
+        # Where the noise sits: a knob value whose configs carry most of it (e.g. launch-bound steps without CUDA
+        # graphs) says which configs a repeat would be worth spending on.
+        print(f"  by knob value, level {full:.4g}, the three tiers together:")
+        for i, k in enumerate(knobs):
+            for val in dict.fromkeys(c[i] for c in repeated):
+                v = [abs(table[(c, full)][0][t] - table[(c, full)][1][t]) /
+                     statistics.fmean([table[(c, full)][0][t], table[(c, full)][1][t]])
+                     for c in repeated if c[i] == val for t in TIERS]
+                print(f"    {k}={val} ({len(v) // 3} configs): {stats(v)}")
 
     print("\n## The top of the full level (median of repeats)")
     med = level_scores(table, configs, full, median_pick)
@@ -187,13 +190,13 @@ def main():
     worst_target = min(med[targets_c] for targets_c in targets)
     print(f"  targets (median): {len(targets)}; the lowest target {worst_target:.3f}, the next config {nxt:.3f}: "
           f"gap {100 * (worst_target - nxt) / best:.2f}% of the best")
-    for name, s in (("repeat 0 alone", s0), ("repeat 1 alone", s1)):
+    for name, s in (("repeat 0 alone", s0), ("repeat 1 alone", s1)) if repeated else ():
         b = max(s.values())
         t = {c for c in configs if s[c] >= frac * b}
         print(f"  {name}: best {b:.3f}, {len(t)} targets, same set as the medians' : {t == targets}")
     rng = random.Random(1)
     differ = best_out = 0
-    for _ in range(a.draws):
+    for _ in range(a.draws if repeated else 0):
         pick = {c: rng.randrange(len(table[(c, full)])) for c in configs}
         chosen = {c: repeat_pick(pick[c])(table[(c, full)]) for c in configs}
         bd = [min(d[t] for d, _ in chosen.values()) for t in range(3)]
@@ -202,8 +205,9 @@ def main():
         t = {c for c in configs if s[c] >= frac * b}
         differ += t != targets
         best_out += not (targets & {c for c in configs if s[c] == b})
-    print(f"  {a.draws} draws of one repeat per config ({len(repeated)} of {len(configs)} have two): the within-{a.within:g}% set differs from the medians' in "
-          f"{100 * differ / a.draws:.1f}%; the draw's best is not a median target in {100 * best_out / a.draws:.1f}%")
+    if repeated:
+        print(f"  {a.draws} draws of one repeat per config ({len(repeated)} of {len(configs)} have two): the within-{a.within:g}% set differs from the medians' in "
+              f"{100 * differ / a.draws:.1f}%; the draw's best is not a median target in {100 * best_out / a.draws:.1f}%")
 
     print("\n## Rank correlation (Spearman, average ranks for ties) of each level with the full level, medians")
     fs = med
@@ -218,8 +222,9 @@ def main():
         lrank = sorted(configs, key=lambda c: -ls[c])
         where = ", ".join(str(lrank.index(c) + 1) for c in sorted(targets, key=lambda c: -fs[c]))
         print(f"  level {lv:.4g}: " + "; ".join(parts) + f"; the full level's targets rank {where} here")
-    print("  repeat 0 against repeat 1 at the full level (the noise's own ceiling): gated score "
-          f"{spearman([s0[c] for c in configs], [s1[c] for c in configs]):.3f}")
+    if repeated:
+        print("  repeat 0 against repeat 1 at the full level (the noise's own ceiling): gated score "
+              f"{spearman([s0[c] for c in configs], [s1[c] for c in configs]):.3f}")
 
     print("\n## Cost of a run (wall_s: process start to result), per level, medians over runs")
     xs, ys = [], []
