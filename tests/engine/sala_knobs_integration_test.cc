@@ -22,13 +22,6 @@ using testing::tiny_sala_dir;
 
 const ModelWeights& sala() { return testing::shared_model("hf:" + tiny_sala_dir()); }
 
-// input_ids [4][64] (int64) and logits [4][64][vocab] (fp32) of reference_logits.safetensors.
-void read_reference(std::vector<int64_t>* ids, std::vector<float>* logits) {
-  const testing::RawSafetensors f = testing::read_safetensors_by_hand(tiny_sala_dir() + "/reference_logits.safetensors");
-  *ids = f.tensor<int64_t>("input_ids");
-  *logits = f.tensor<float>("logits");
-}
-
 std::vector<float> prefill_logits(const std::vector<int32_t>& ids, int chunk) {
   LaunchConfig launch;
   launch.lightning_chunk = chunk;
@@ -37,18 +30,15 @@ std::vector<float> prefill_logits(const std::vector<int32_t>& ids, int chunk) {
 
 TEST(SalaChunkReference, EveryChunkSizeGivesTheReferenceLogits) {
   SKIP_WITHOUT_TINY_SALA();
-  std::vector<int64_t> ids;
-  std::vector<float> ref;
-  read_reference(&ids, &ref);
+  const testing::SalaReferenceLogits ref = testing::read_sala_reference_logits();
   const int V = sala().config.vocab;
-  ASSERT_EQ(ids.size(), 4u * 64u);
+  ASSERT_EQ(ref.input_ids.size(), 4u * 64u);
   for (int chunk : {32, 64, 128}) {
     double worst = 0;
     for (int b = 0; b < 4; ++b) {
-      const std::vector<int32_t> prompt(ids.begin() + b * 64, ids.begin() + (b + 1) * 64);
-      const std::vector<float> got = prefill_logits(prompt, chunk);
-      const float* want = ref.data() + static_cast<std::size_t>(b) * 64 * V;
-      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+      const std::vector<float> got = prefill_logits(testing::sala_reference_prompt(ref, b), chunk);
+      const float* want = ref.logits.data() + static_cast<std::size_t>(b) * 64 * V;
+      worst = std::max(worst, testing::max_abs_diff(got.data(), want, got.size()));
     }
     std::printf("lightning_chunk %d: max |logit - reference| = %.3g over 4 prompts\n", chunk, worst);
     EXPECT_LE(worst, 1e-3) << "chunk " << chunk;

@@ -26,25 +26,6 @@ using testing::tiny_sala_dir;
 
 const ModelWeights& sala() { return testing::shared_model("hf:" + tiny_sala_dir()); }
 
-// reference_logits.safetensors holds an int64 tensor, which the checkpoint reader does not take.
-struct ReferenceLogits {
-  std::vector<int64_t> input_ids;          // [4][64]
-  std::vector<float> logits;               // [4][64][vocab]
-  std::vector<float> residual;             // [layers + 1][64][hidden], prompt 0
-  std::vector<int64_t> ids_shape, logits_shape, residual_shape;
-};
-
-ReferenceLogits read_reference_logits() {
-  ReferenceLogits r;
-  const testing::RawSafetensors f = testing::read_safetensors_by_hand(tiny_sala_dir() + "/reference_logits.safetensors");
-  EXPECT_EQ(f.header.at("input_ids").at("dtype"), "I64");
-  EXPECT_EQ(f.header.at("logits").at("dtype"), "F32");
-  r.input_ids = f.tensor<int64_t>("input_ids", &r.ids_shape);
-  r.logits = f.tensor<float>("logits", &r.logits_shape);
-  r.residual = f.tensor<float>("residual_stream_prompt0", &r.residual_shape);
-  return r;
-}
-
 // The backend driven directly, one sequence in slot 0, so every position's logits can be read: fp32 KV.
 SingleSequence single_sequence(const ModelWeights& w, int max_context = 256, int threads = 2) {
   LaunchConfig l;
@@ -54,7 +35,7 @@ SingleSequence single_sequence(const ModelWeights& w, int max_context = 256, int
 
 TEST(SalaReference, LogitsAndResidualStreamMatchFp32Reference) {
   SKIP_WITHOUT_TINY_SALA();
-  const ReferenceLogits ref = read_reference_logits();
+  const testing::SalaReferenceLogits ref = testing::read_sala_reference_logits();
   const ModelConfig& c = sala().config;
   ASSERT_EQ(ref.ids_shape, (std::vector<int64_t>{4, 64}));
   ASSERT_EQ(ref.logits_shape, (std::vector<int64_t>{4, 64, c.vocab}));
@@ -62,24 +43,18 @@ TEST(SalaReference, LogitsAndResidualStreamMatchFp32Reference) {
   SingleSequence run = single_sequence(sala());
   double worst = 0;
   for (int b = 0; b < 4; ++b) {
-    std::vector<int32_t> ids(ref.input_ids.begin() + b * 64, ref.input_ids.begin() + (b + 1) * 64);
     std::vector<float> residual;
-    const std::vector<float> logits = run.feed(ids, 0, b == 0 ? &residual : nullptr);
-    const float* want = ref.logits.data() + static_cast<std::size_t>(b) * 64 * c.vocab;
-    double err = 0;
-    for (std::size_t i = 0; i < logits.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(logits[i] - want[i])));
+    const std::vector<float> logits = run.feed(testing::sala_reference_prompt(ref, b), 0, b == 0 ? &residual : nullptr);
+    const double err =
+        testing::max_abs_diff(logits.data(), ref.logits.data() + static_cast<std::size_t>(b) * 64 * c.vocab, logits.size());
     std::printf("prompt %d: max |logit - reference| = %.3g\n", b, err);
     worst = std::max(worst, err);
     if (b != 0) continue;
     // Layer by layer: max abs difference relative to the layer's largest reference value.
     const std::size_t per = static_cast<std::size_t>(64) * c.hidden;
     for (int l = 0; l <= c.layers; ++l) {
-      double diff = 0, scale = 0;
-      for (std::size_t i = 0; i < per; ++i) {
-        const float a = residual[l * per + i], r = ref.residual[l * per + i];
-        diff = std::max(diff, static_cast<double>(std::fabs(a - r)));
-        scale = std::max(scale, static_cast<double>(std::fabs(r)));
-      }
+      double scale = 0;
+      const double diff = testing::max_abs_diff(residual.data() + l * per, ref.residual.data() + l * per, per, &scale);
       std::printf("  residual stream %s %d: max diff %.3g, relative %.3g\n", l == 0 ? "embedding" : "after layer", l == 0 ? 0 : l - 1,
                   diff, diff / scale);
       EXPECT_LE(diff / scale, 1e-4) << "residual stream index " << l;

@@ -1,6 +1,9 @@
 // Access to the shared test models (tiny-llama-bpe4k, tiny-sala) and their reference outputs.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +77,41 @@ inline RawSafetensors read_safetensors_by_hand(const std::string& path) {
   f.header = nlohmann::json::parse(header);
   f.data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return f;
+}
+
+// tiny-sala's reference_logits.safetensors: input_ids [4][64] (int64), logits [4][64][vocab] (fp32) and, for prompt
+// 0, the residual stream after the embedding and after every layer [layers + 1][64][hidden] (fp32).
+struct SalaReferenceLogits {
+  std::vector<int64_t> input_ids, ids_shape;
+  std::vector<float> logits, residual;
+  std::vector<int64_t> logits_shape, residual_shape;
+};
+
+inline SalaReferenceLogits read_sala_reference_logits() {
+  SalaReferenceLogits r;
+  const RawSafetensors f = read_safetensors_by_hand(tiny_sala_dir() + "/reference_logits.safetensors");
+  EXPECT_EQ(f.header.at("input_ids").at("dtype"), "I64");
+  EXPECT_EQ(f.header.at("logits").at("dtype"), "F32");
+  r.input_ids = f.tensor<int64_t>("input_ids", &r.ids_shape);
+  r.logits = f.tensor<float>("logits", &r.logits_shape);
+  r.residual = f.tensor<float>("residual_stream_prompt0", &r.residual_shape);
+  return r;
+}
+
+// Prompt b of the reference as token ids.
+inline std::vector<int32_t> sala_reference_prompt(const SalaReferenceLogits& r, int b) {
+  return std::vector<int32_t>(r.input_ids.begin() + b * 64, r.input_ids.begin() + (b + 1) * 64);
+}
+
+// max |got - want| over n values, and (scale) max |want|.
+inline double max_abs_diff(const float* got, const float* want, std::size_t n, double* scale = nullptr) {
+  double d = 0, m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    d = std::max(d, static_cast<double>(std::fabs(got[i] - want[i])));
+    m = std::max(m, static_cast<double>(std::fabs(want[i])));
+  }
+  if (scale) *scale = m;
+  return d;
 }
 
 }  // namespace soartune::engine::testing

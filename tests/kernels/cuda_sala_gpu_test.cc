@@ -155,30 +155,22 @@ TEST(CudaSala, GreedyReferenceFedAloneKeepsTop1AboveTheLine) {
 // the lines below are three times those: an error the roundings do not explain fails here, at its layer.
 TEST(CudaSala, LogitsAgainstTheFp32ReferenceLayerByLayer) {
   SKIP_WITHOUT_CUDA_SALA();
-  const testing::RawSafetensors f = testing::read_safetensors_by_hand(tiny_sala_dir() + "/reference_logits.safetensors");
-  std::vector<int64_t> ids_shape, logits_shape, residual_shape;
-  const std::vector<int64_t> ids = f.tensor<int64_t>("input_ids", &ids_shape);
-  const std::vector<float> want = f.tensor<float>("logits", &logits_shape);
-  const std::vector<float> want_residual = f.tensor<float>("residual_stream_prompt0", &residual_shape);
+  const testing::SalaReferenceLogits ref = testing::read_sala_reference_logits();
   const ModelConfig& c = sala().config;
-  ASSERT_EQ(ids_shape, (std::vector<int64_t>{4, 64}));
-  ASSERT_EQ(logits_shape, (std::vector<int64_t>{4, 64, c.vocab}));
-  ASSERT_EQ(residual_shape, (std::vector<int64_t>{c.layers + 1, 64, c.hidden}));
+  ASSERT_EQ(ref.ids_shape, (std::vector<int64_t>{4, 64}));
+  ASSERT_EQ(ref.logits_shape, (std::vector<int64_t>{4, 64, c.vocab}));
+  ASSERT_EQ(ref.residual_shape, (std::vector<int64_t>{c.layers + 1, 64, c.hidden}));
   SingleSequence run = single_sequence(LaunchConfig{});
   const std::size_t per_prompt = static_cast<std::size_t>(64) * c.vocab;
   double worst = 0, sq = 0;
   int agree = 0;
   for (int b = 0; b < 4; ++b) {
-    std::vector<int32_t> prompt(ids.begin() + b * 64, ids.begin() + (b + 1) * 64);
     std::vector<float> residual;
-    const std::vector<float> logits = run.feed(prompt, 0, b == 0 ? &residual : nullptr);
+    const std::vector<float> logits = run.feed(testing::sala_reference_prompt(ref, b), 0, b == 0 ? &residual : nullptr);
     ASSERT_EQ(logits.size(), per_prompt) << "prompt " << b;
-    const float* w = want.data() + b * per_prompt;
-    for (std::size_t i = 0; i < per_prompt; ++i) {
-      const double d = std::fabs(static_cast<double>(logits[i]) - w[i]);
-      worst = std::max(worst, d);
-      sq += d * d;
-    }
+    const float* w = ref.logits.data() + b * per_prompt;
+    worst = std::max(worst, testing::max_abs_diff(logits.data(), w, per_prompt));
+    for (std::size_t i = 0; i < per_prompt; ++i) sq += (static_cast<double>(logits[i]) - w[i]) * (static_cast<double>(logits[i]) - w[i]);
     for (int p = 0; p < 64; ++p) {
       const float* a = logits.data() + static_cast<std::size_t>(p) * c.vocab;
       const float* r = w + static_cast<std::size_t>(p) * c.vocab;
@@ -189,11 +181,8 @@ TEST(CudaSala, LogitsAgainstTheFp32ReferenceLayerByLayer) {
     ASSERT_EQ(residual.size(), (c.layers + 1) * per);
     std::printf("tiny-sala CUDA bf16, prompt 0, residual stream max |diff| / max |ref|:");
     for (int l = 0; l <= c.layers; ++l) {
-      double diff = 0, scale = 0;
-      for (std::size_t i = 0; i < per; ++i) {
-        diff = std::max(diff, static_cast<double>(std::fabs(residual[l * per + i] - want_residual[l * per + i])));
-        scale = std::max(scale, static_cast<double>(std::fabs(want_residual[l * per + i])));
-      }
+      double scale = 0;
+      const double diff = testing::max_abs_diff(residual.data() + l * per, ref.residual.data() + l * per, per, &scale);
       std::printf(" %s %.2e", l == 0 ? "embedding" : ("L" + std::to_string(l - 1)).c_str(), diff / scale);
       EXPECT_LE(diff / scale, 3 * 5.6e-3) << "residual stream index " << l;
     }
