@@ -52,17 +52,24 @@ exact and which diverge at a recorded margin >= 0.05.
     /usr/bin/python3 scripts/sala_rounding_probe.py --exhaustive --extra                 # everything (~10 min)
     /usr/bin/python3 scripts/sala_rounding_probe.py --teacher-forced [--points P] [--prefill chunked] [--sm-tile 64]
     /usr/bin/python3 scripts/sala_rounding_probe.py --reference-logits [--points P] [--prefill chunked]
+    /usr/bin/python3 scripts/sala_rounding_probe.py --order-seeds 40 [--points P] [--order-eps 1e-6]
 --teacher-forced: top-1 agreement on eval_public.jsonl as its README defines it (one full-sequence prefill of
 prompt + continuation per row; the argmax at each of the 32 continuation positions against the recorded
 `ref_teacher_forced_top1`; 1024 positions); with --points that subset, else none / all / all+sm_probs /
 all+sm_probs_l (~1.5 min).  Each flip's fp32 top1-top2 margin is from the no-rounding recurrent replay.
+--order-seeds N: the greedy rows N times with summation-order noise on every linear output (each output times
+1 + eps N(0, 1), eps = --order-eps, fresh draws each call): a GPU sums a dot product in another order than torch's
+CPU matmul, which moves an fp32 result by about 1e-6 relative, and the bf16 roundings downstream then fall as one of
+those orders would make them.  Counts the draws in which no row leaves the recorded tokens at a recorded margin >=
+0.05 (the CUDA greedy test's line), and row --row's gap at --step over the draws.
 options: --prefill chunked (the engine's chunked lightning prefill, chunk 64; default recurrent = sala_ref's
 greedy), --row N (row to probe, default 12), --step N (its step of interest, default 23).
 
 Result on tiny-sala (CPU, torch 1.13, prefill recurrent): no subset of POINTS moves row 12 at or before step
 23; with all points on, row 12 stays exact (gap@23 +0.0977 vs the recorded +0.0706), and 9/16 rows are exact,
 the other 7 leaving at recorded margins < 0.05 (with --prefill chunked: exact too, gap@23 +0.0624).  So these
-roundings, as modelled here, do not explain the engine's step-23 flip.  Of the --extra hypotheses only bf16
+roundings, in torch's own summation order, do not give the engine's step-23 flip (in some other orders they do:
+--order-seeds, below).  Of the --extra hypotheses only bf16
 logits flips row 12 at step 23 (its top-2 fp32 logits 16.656 / 16.586 round to one bf16 value and the tie goes
 to the lower id), but it also flips rows 3, 5, 8 and 15 at recorded margins >= 0.05.
 bf16 attention probabilities do not explain it either: all points + sm_probs moves row 12 only at step 34 (recorded
@@ -80,6 +87,12 @@ engine's): all points on, logits max |diff| 0.15, RMS 0.022, top-1 254/256 (chun
 |diff| / max |ref| after layers 0..7: 1.1e-3 1.8e-3 2.6e-3 3.8e-3 4.0e-3 5.6e-3 4.9e-3 5.2e-3 (no points: 0).
 --points all --trace: the gaps move by a median 0.0211 (90th percentile 0.0510, 99th 0.0768, max 0.0839) over
 627 steps of the 16 rows; 39 steps moved down by more than 0.05.
+--order-seeds 40 (greedy, all 16 rows; with no point on, the noise alone leaves all 16 exact and row 12's gap@23 at
++0.0706): all points, eps 1e-6: 36 of 40 draws pass the 0.05 line, row 12 leaves at step 23 in 1 (gap@23 -0.0039
+.. +0.1103, median +0.0641), the other failures at rows 3@13 (recorded margin 0.1017), 9@29, 12@34, 15@22;
+all + sm_probs: 37 of 40, row 12@23 in 1 (gap@23 -0.0327 .. +0.1116); all, eps 1e-5: 33 of 40, row 12@23 in 2.
+So the engine's batched flip at row 12 step 23 is one of the outcomes these roundings give under some summation
+orders (about 1 in 40), and a bf16 engine with exactly these roundings misses the line under 7-18% of orders.
 """
 import argparse
 import itertools
@@ -106,11 +119,12 @@ def bf16(x):
 class RoundingModel:
     """fp32 forward of MiniCPM-SALA following sala_ref.SALAModel op for op, with a bf16 rounding switch per point."""
 
-    def __init__(self, ref, cfg, weights, points, prefill="recurrent", sm_tile=0):
+    def __init__(self, ref, cfg, weights, points, prefill="recurrent", sm_tile=0, order_noise=None):
         unknown = set(points) - set(POINTS) - set(EXTRA_POINTS) - set(PROB_POINTS)
         assert not unknown, f"unknown rounding points {sorted(unknown)}"
         assert not set(PROB_POINTS) <= set(points), f"{' and '.join(PROB_POINTS)} are exclusive variants"
         self.ref, self.cfg, self.points, self.sm_tile = ref, cfg, frozenset(points), sm_tile
+        self.order_noise = order_noise  # None, or (relative size, torch.Generator): see lin()
         self.w = {n: t.float() for n, t in weights.items()}  # bf16 -> fp32 is exact
         self.g = ref.lightning_log_decay(cfg.lightning_nh, torch.float32)
         self.prefill_fn = {"recurrent": ref.lightning_recurrent,
@@ -118,6 +132,17 @@ class RoundingModel:
 
     def r(self, point, x):
         return bf16(x) if point in self.points else x
+
+    def lin(self, x, wt):
+        """x @ wt.T; with order_noise (eps, gen), every output times (1 + eps * N(0, 1)): the size of the
+        difference another summation order makes to an fp32 dot product (a few units in the last place of a
+        sum of ~1000 terms), drawn afresh on every call, so that the bf16 roundings downstream fall as they
+        would under one of the many orders a GPU's kernels use."""
+        y = x @ wt.T
+        if self.order_noise is None:
+            return y
+        eps, gen = self.order_noise
+        return y * (1 + eps * torch.randn(y.shape, generator=gen))
 
     def _attention(self, q, k, v, pos0, scale):
         """Causal GQA softmax attention; sala_ref's own op for op unless a PROB_POINTS rounding is on."""
@@ -153,9 +178,9 @@ class RoundingModel:
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}.self_attn."
         T = x.shape[0]
         H, Hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.attn_head_dim
-        q = self.r("qkv", x @ w[p + "q_proj.weight"].T).view(T, H, d)
-        k = self.r("qkv", x @ w[p + "k_proj.weight"].T).view(T, Hkv, d)
-        v = self.r("qkv", x @ w[p + "v_proj.weight"].T).view(T, Hkv, d)
+        q = self.r("qkv", self.lin(x, w[p + "q_proj.weight"])).view(T, H, d)
+        k = self.r("qkv", self.lin(x, w[p + "k_proj.weight"])).view(T, Hkv, d)
+        v = self.r("qkv", self.lin(x, w[p + "v_proj.weight"])).view(T, Hkv, d)
         assert not cfg.attn_use_rope
         k, v = self.r("kv_cache", k), self.r("kv_cache", v)
         if cache.k is not None:
@@ -164,16 +189,16 @@ class RoundingModel:
         o = self._attention(q, k, v, pos0, d ** -0.5).reshape(T, H * d)
         o = self.r("sm_out", o)
         if cfg.attn_use_output_gate:
-            o = self.r("sm_out", o * torch.sigmoid(self.r("gate_proj", x @ w[p + "o_gate.weight"].T)))
-        return o @ w[p + "o_proj.weight"].T
+            o = self.r("sm_out", o * torch.sigmoid(self.r("gate_proj", self.lin(x, w[p + "o_gate.weight"]))))
+        return self.lin(o, w[p + "o_proj.weight"])
 
     def _lightning_mixer(self, i, x, pos0, cache):
         ref, cfg, w, p = self.ref, self.cfg, self.w, f"model.layers.{i}.self_attn."
         T = x.shape[0]
         H, Hkv, d = cfg.lightning_nh, cfg.lightning_nkv, cfg.lightning_head_dim
-        q = self.r("qkv", x @ w[p + "q_proj.weight"].T).view(T, H, d)
-        k = self.r("qkv", x @ w[p + "k_proj.weight"].T).view(T, Hkv, d)
-        v = self.r("qkv", x @ w[p + "v_proj.weight"].T).view(T, Hkv, d)
+        q = self.r("qkv", self.lin(x, w[p + "q_proj.weight"])).view(T, H, d)
+        k = self.r("qkv", self.lin(x, w[p + "k_proj.weight"])).view(T, Hkv, d)
+        v = self.r("qkv", self.lin(x, w[p + "v_proj.weight"])).view(T, Hkv, d)
         if cfg.qk_norm:
             q = ref.rms_norm(q, w[p + "q_norm.weight"], cfg.rms_norm_eps)
             k = ref.rms_norm(k, w[p + "k_norm.weight"], cfg.rms_norm_eps)
@@ -198,15 +223,15 @@ class RoundingModel:
         if cfg.use_output_norm:
             o = ref.rms_norm(o, w[p + "o_norm.weight"], cfg.rms_norm_eps)
         if cfg.use_output_gate:
-            o = o * torch.sigmoid(self.r("gate_proj", x @ w[p + "z_proj.weight"].T))
+            o = o * torch.sigmoid(self.r("gate_proj", self.lin(x, w[p + "z_proj.weight"])))
         o = self.r("lit_out", o)
-        return o @ w[p + "o_proj.weight"].T
+        return self.lin(o, w[p + "o_proj.weight"])
 
     def _mlp(self, i, x):
         w, p = self.w, f"model.layers.{i}.mlp."
-        gate = self.r("gate_up", x @ w[p + "gate_proj.weight"].T)
-        up = self.r("gate_up", x @ w[p + "up_proj.weight"].T)
-        return self.r("swiglu", torch.nn.functional.silu(gate) * up) @ w[p + "down_proj.weight"].T
+        gate = self.r("gate_up", self.lin(x, w[p + "gate_proj.weight"]))
+        up = self.r("gate_up", self.lin(x, w[p + "up_proj.weight"]))
+        return self.lin(self.r("swiglu", torch.nn.functional.silu(gate) * up), w[p + "down_proj.weight"])
 
     @torch.no_grad()
     def forward(self, ids, cache, pos0, trace=None):
@@ -225,7 +250,7 @@ class RoundingModel:
             if trace is not None:
                 trace.append(h.clone())
         h = self.r("final_norm", ref.rms_norm(h, w["model.norm.weight"], eps))
-        return self.r("logits", (h / cfg.logit_divisor) @ w["lm_head.weight"].T)
+        return self.r("logits", self.lin(h / cfg.logit_divisor, w["lm_head.weight"]))
 
     @torch.no_grad()
     def greedy(self, prompt, want):
@@ -317,6 +342,41 @@ class Probe:
         return div
 
 
+def order_noise_report(ref, cfg, weights, rows, points, args):
+    """Greedy over all rows under `--order-seeds` draws of summation-order noise (RoundingModel.lin) on top of
+    `points`: per draw, whether any row leaves the recorded tokens at a recorded margin >= ACCEPT_MARGIN (the
+    CUDA greedy test's line) and row --row's gap at --step; then how many draws pass the line."""
+    passed, row_moved, gaps_at = 0, 0, []
+    for seed in range(args.order_seeds):
+        gen = torch.Generator().manual_seed(seed)
+        m = RoundingModel(ref, cfg, weights, points, args.prefill, args.sm_tile, (args.order_eps, gen))
+        exact, bad, g_row = 0, [], "n/a"
+        for i, row in enumerate(rows):
+            want = row["reference_greedy_fp32"]
+            got, gaps = m.greedy(row["prompt_ids"], want)
+            d = first_divergence(got, want)
+            if i == args.row:
+                if d is not None and d <= args.step:
+                    row_moved += 1
+                if len(gaps) > args.step:
+                    gaps_at.append(gaps[args.step])
+                    g_row = f"{gaps[args.step]:+.4f}"
+            if d is None:
+                exact += 1
+            elif row["top1_top2_logit_margin"][d] >= ACCEPT_MARGIN:
+                bad.append(f"{i}@{d}({row['top1_top2_logit_margin'][d]:.4f})")
+        passed += not bad
+        print(f"  draw {seed:3}: row {args.row} gap@{args.step} {g_row}; {exact:2}/{len(rows)} exact; leave at a recorded margin >= {ACCEPT_MARGIN}: "
+              f"{' '.join(bad) or '-'}", flush=True)
+    n = args.order_seeds
+    gs = sorted(gaps_at)
+    q = lambda f: gs[min(len(gs) - 1, int(f * len(gs)))]
+    print(f"{points_name(points)}, summation-order noise {args.order_eps:g}: {passed} of {n} draws pass the line "
+          f"(no row leaves at a recorded margin >= {ACCEPT_MARGIN}); row {args.row} leaves by step {args.step} in "
+          f"{row_moved} of {n}" + (f"; its gap@{args.step} over the {len(gs)} draws that reach it: min {gs[0]:+.4f}, "
+                                   f"median {q(0.5):+.4f}, max {gs[-1]:+.4f}" if gs else ""), flush=True)
+
+
 def fp32_margins(ref, cfg, weights, rows):
     """Per row, per continuation position: the fp32 top1-top2 logit margin of the no-rounding recurrent replay
     (sala_ref's computation), to tell at what fp32 margin a teacher-forced flip happens."""
@@ -395,6 +455,11 @@ def main():
     ap.add_argument("--reference-logits", action="store_true",
                     help="the 4 prompts of reference_logits.safetensors: logits and (prompt 0) per-layer residual "
                     "error against the recorded fp32 values (--points subset, else none / all / all+each of PROB_POINTS)")
+    ap.add_argument("--order-seeds", type=int, default=0,
+                    help="greedy over all rows under N draws of summation-order noise (--points subset, default "
+                    "all): how many draws pass the 0.05 line")
+    ap.add_argument("--order-eps", type=float, default=1e-6,
+                    help="relative size of the summation-order noise on every linear output (default 1e-6)")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -431,6 +496,14 @@ def main():
         return 0
 
     rows = [json.loads(line) for line in open(os.path.join(a.model_dir, "greedy_reference.jsonl"))]
+    if a.order_seeds > 0:
+        t0 = time.time()
+        pts = parse_points(a.points if a.points is not None else "all")
+        print(f"model {os.path.abspath(a.model_dir)}, prefill {a.prefill}, sm tile {a.sm_tile or 'row'}, greedy over "
+              f"{len(rows)} rows, {a.order_seeds} draws of summation-order noise {a.order_eps:g}")
+        order_noise_report(sala_ref, cfg, weights, rows, pts, a)
+        print(f"({time.time() - t0:.0f} s)")
+        return 0
     pr = Probe(sala_ref, cfg, weights, rows, a)
     t0 = time.time()
     print(f"model {os.path.abspath(a.model_dir)}, prefill {a.prefill}, sm tile {a.sm_tile or 'row'}, "
