@@ -2,8 +2,9 @@
 // the device), every number beside its roofline: bytes over the copy bandwidth and FLOPs over the bf16
 // matmul rate, both measured in the same run.
 //   decode ms/step at batch 1 and 8 for each weight format (and KV dtype), 4k-token prefill, decode at 32k
-//   context with bf16 vs fp8 KV, each GEMV variant on the layer shapes, and (--only linear) the two ways
-//   to multiply m rows by a layer's weights side by side: the fused-dequantisation GEMV and the GEMM.
+//   context with bf16 vs fp8 KV, each GEMV variant on the layer shapes, and (--only linear) the ways to
+//   multiply m rows by a layer's weights side by side: the fused-dequantisation GEMV, the GEMM (cuBLAS, after
+//   expanding quantised weights to bf16) and, for int8 / int4 at 16-256 rows, the quantised-weight GEMM.
 //   --only sala: synthetic:minicpm-sala-9b (decode at batch 1, 8, 64 with bf16 and int4 g128 weights, prefill
 //   of 4k and 60k tokens) beside synthetic:llama3-8b (the same decode, 4k prefill), against the H200's
 //   datasheet rooflines (bench_sala below). --only sala_sparse: minicpm-sala-9b at 60k tokens, softmax layers
@@ -30,6 +31,7 @@
 #include "engine/model_loader.h"
 #include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/qgemm.cuh"
 #include "kernels/synthetic.cuh"
 
 namespace st = soartune;
@@ -170,12 +172,14 @@ struct Format {
   kn::WeightFormat lm_head = kn::WeightFormat::kBf16;  // the lm_head_bits knob: bf16, int8 or int4 (same group)
 };
 
-// The two paths for m rows through one layer's four linears (qkv, o, gate|up, down of cfg; 109 MB of int4 g128
+// The paths for m rows through one layer's four linears (qkv, o, gate|up, down of cfg; 109 MB of int4 g128
 // weights for llama3-8b, more than L2, so every repetition reads them from DRAM): the fused-dequantisation
-// GEMV on the tensor cores ("gemv": ceil(m / 32) launches of up to 32 rows, each reading the weights once) and
-// the prefill GEMM ("gemm": quantised weights expanded to bf16, then cuBLAS). The engine takes the GEMV up to
-// 32 rows and the GEMM above (CudaModel::linear); this measures that choice for each format. Rows "lin_gemv" /
-// "lin_gemm", batch = m.
+// GEMV on the tensor cores ("gemv": ceil(m / 32) launches of up to 32 rows, each reading the weights once),
+// the prefill GEMM ("gemm": quantised weights expanded to bf16, then cuBLAS) and, for int8 / int4 weights at
+// 16-256 rows, the quantised-weight GEMM ("qgemm": dequantised tile by tile in shared memory, kernels/qgemm.cuh).
+// The engine takes the GEMV up to 32 rows and the GEMM above (CudaModel::linear); this measures that choice for
+// each format, and what the quantised-weight GEMM would change. Rows "lin_gemv" / "lin_gemm" / "lin_qgemm",
+// batch = m.
 void bench_linear_paths(const st::engine::ModelConfig& cfg, const Format& fm, int reps, const Ceilings& ceil) {
   cudaStream_t s;
   BENCH_CK(cudaStreamCreate(&s));
@@ -255,19 +259,53 @@ void bench_linear_paths(const st::engine::ModelConfig& cfg, const Format& fm, in
       }
     }
   };
-  for (int m : {1, 8, 12, 16, 20, 24, 32, 48, 64, 128, 512, 4096}) {
-    Row g, c;
-    g.what = "lin_gemv", c.what = "lin_gemm";
-    g.weights = c.weights = fm.name;
-    g.kv = c.kv = "-";
-    g.batch = c.batch = m;
-    g.bytes = c.bytes = wbytes + double(m) * (2 * sum_k + 4 * sum_n);  // weights (+ scales), x read, y written
-    g.flops = c.flops = 2.0 * m * nk;
+  // The quantised-weight GEMM (kernels/qgemm.cuh), automatic k slices, up to its kQgemmMaxRows rows.
+  int sms = 0;
+  BENCH_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const std::vector<int> rows = {1, 8, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256, 512, 4096};
+  auto qgemm_rows = [&](int m) { return kn::is_quantized(fm.format) && m >= 16 && m <= kn::kQgemmMaxRows; };
+  size_t qgemm_ws = 0;
+  for (const kn::DeviceLinear& w : ws)
+    for (int m : rows)
+      if (qgemm_rows(m)) qgemm_ws = std::max(qgemm_ws, kn::qgemm_workspace_bytes(w, m, kn::qgemm_auto_splits(w, m, sms)));
+  void* qws = nullptr;
+  if (kn::is_quantized(fm.format) && qgemm_ws > 0) BENCH_CK(cudaMalloc(&qws, qgemm_ws));
+  auto qgemm_path = [&](int m) {
+    for (const kn::DeviceLinear& w : ws) {
+      kn::QgemmArgs a;
+      a.w = w;
+      a.x = x;
+      a.y = y;
+      a.m = m;
+      a.workspace = static_cast<float*>(qws);
+      a.workspace_bytes = qgemm_ws;
+      kn::QgemmPlan plan;
+      const std::string e = kn::qgemm_plan(a, sms, &plan);
+      if (!e.empty()) {
+        std::fprintf(stderr, "linear: qgemm_plan: %s\n", e.c_str());
+        std::exit(1);
+      }
+      BENCH_CK(kn::qgemm_run(a, plan, s));
+    }
+  };
+  for (int m : rows) {
+    Row g, c, q;
+    g.what = "lin_gemv", c.what = "lin_gemm", q.what = "lin_qgemm";
+    g.weights = c.weights = q.weights = fm.name;
+    g.kv = c.kv = q.kv = "-";
+    g.batch = c.batch = q.batch = m;
+    g.bytes = c.bytes = q.bytes = wbytes + double(m) * (2 * sum_k + 4 * sum_n);  // weights (+ scales), x read, y written
+    g.flops = c.flops = q.flops = 2.0 * m * nk;
     g.ms = time_events([&] { gemv_path(m); }, 2, reps, s);
     c.ms = time_events([&] { gemm_path(m); }, 2, reps, s);
     emit(roofline(g, ceil));
     emit(roofline(c, ceil));
+    if (qgemm_rows(m)) {
+      q.ms = time_events([&] { qgemm_path(m); }, 2, reps, s);
+      emit(roofline(q, ceil));
+    }
   }
+  if (qws) cudaFree(qws);
   cublasDestroy(ctx.cublas);
   if (ctx.scratch) cudaFree(ctx.scratch);
   cudaFree(x);

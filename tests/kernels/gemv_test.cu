@@ -17,43 +17,13 @@ namespace soartune::kernels {
 namespace {
 
 using test::Dev;
+using test::make_weights;
+using test::Weights;
 
 struct Case {
   WeightFormat format;
   int group;  // 0: 16-bit; k: per channel
 };
-
-// Host weights in the device layout, and the device copies.
-struct Weights {
-  std::vector<uint8_t> w;
-  std::vector<float> scales;
-  HostLinear host;
-};
-
-Weights make_weights(std::mt19937_64& rng, WeightFormat f, int n, int k, int group) {
-  Weights r;
-  r.w.resize(weight_bytes(f, n, k));
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  if (f == WeightFormat::kBf16 || f == WeightFormat::kFp16) {
-    auto* p = reinterpret_cast<uint16_t*>(r.w.data());
-    for (int64_t i = 0; i < int64_t(n) * k; ++i) p[i] = f == WeightFormat::kBf16 ? f32_to_bf16(u(rng)) : f32_to_fp16(u(rng));
-  } else {
-    const int qmax = f == WeightFormat::kInt8 ? 127 : 7;
-    std::uniform_int_distribution<int> qd(-qmax, qmax);
-    std::vector<int8_t> q(size_t(n) * k);
-    for (auto& v : q) v = int8_t(qd(rng));
-    if (f == WeightFormat::kInt8) {
-      std::memcpy(r.w.data(), q.data(), q.size());
-    } else {
-      pack_int4_rows(q.data(), n, k, r.w.data());
-    }
-    std::uniform_real_distribution<float> su(0.5f / qmax, 1.5f / qmax);
-    r.scales.resize(size_t(n) * (k / group));
-    for (auto& s : r.scales) s = su(rng);
-  }
-  r.host = {f, n, k, group, r.w.data(), r.scales.empty() ? nullptr : r.scales.data()};
-  return r;
-}
 
 // A pipelined variant whose shared memory holds up to 24 batch columns (m1w16s6k2) refuses more, saying so.
 bool refused_for_batch(const std::string& err, int batch) {

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemv_ref.h"
 #include "kernels/numeric_formats.h"
+#include "kernels/weight_format.h"
 
 namespace soartune::kernels::test {
 
@@ -74,6 +76,39 @@ inline double normalized_error(const std::vector<float>& out, const std::vector<
     den += double(ref[i]) * ref[i];
   }
   return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+// Random weights of an [n][k] layer in a device format (kernels/weight_format.h): codes uniform over the
+// format's range, scales uniform in [0.5, 1.5] / qmax; the host bytes and their twin view.
+struct Weights {
+  std::vector<uint8_t> w;
+  std::vector<float> scales;
+  HostLinear host;
+};
+
+inline Weights make_weights(std::mt19937_64& rng, WeightFormat f, int n, int k, int group) {
+  Weights r;
+  r.w.resize(weight_bytes(f, n, k));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  if (f == WeightFormat::kBf16 || f == WeightFormat::kFp16) {
+    auto* p = reinterpret_cast<uint16_t*>(r.w.data());
+    for (int64_t i = 0; i < int64_t(n) * k; ++i) p[i] = f == WeightFormat::kBf16 ? f32_to_bf16(u(rng)) : f32_to_fp16(u(rng));
+  } else {
+    const int qmax = f == WeightFormat::kInt8 ? 127 : 7;
+    std::uniform_int_distribution<int> qd(-qmax, qmax);
+    std::vector<int8_t> q(size_t(n) * k);
+    for (auto& v : q) v = int8_t(qd(rng));
+    if (f == WeightFormat::kInt8) {
+      std::memcpy(r.w.data(), q.data(), q.size());
+    } else {
+      pack_int4_rows(q.data(), n, k, r.w.data());
+    }
+    std::uniform_real_distribution<float> su(0.5f / qmax, 1.5f / qmax);
+    r.scales.resize(size_t(n) * (k / group));
+    for (auto& s : r.scales) s = su(rng);
+  }
+  r.host = {f, n, k, group, r.w.data(), r.scales.empty() ? nullptr : r.scales.data()};
+  return r;
 }
 
 }  // namespace soartune::kernels::test
