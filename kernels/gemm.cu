@@ -1,5 +1,7 @@
 #include "kernels/gemm.cuh"
 
+#include "kernels/mma_bf16.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -7,11 +9,6 @@
 
 namespace soartune::kernels {
 namespace {
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // One thread per 8 consecutive values of a row (16 bytes of bf16 out): int4 one 32-bit word of codes (word j
 // of a 16-byte block holds its values 8j .. 8j + 7, weight_format.h), int8 8 bytes, fp16 16 bytes, so a

@@ -3,6 +3,7 @@
 #include "core/kernel_variants.h"
 #include "kernels/bulk_copy.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/mma_bf16.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,14 +20,6 @@ namespace {
 // Values of one 16-byte chunk of a weight row.
 template <WeightFormat F>
 constexpr int kValuesPerChunk = F == WeightFormat::kInt4 ? 32 : F == WeightFormat::kInt8 ? 16 : 8;
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
 
 // (x & mask) | bits in one LOP3: written out, as the compiler emits an AND and an OR for two immediates.
 __device__ __forceinline__ uint32_t and_or(uint32_t x, uint32_t mask, uint32_t bits) {
@@ -129,15 +122,6 @@ template <int V>
 __device__ __forceinline__ void zero_fragment(uint32_t (&xb)[V / 2]) {
 #pragma unroll
   for (int i = 0; i < V / 2; ++i) xb[i] = 0u;
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // One step of a quad's four chunks into acc: pa0 / pa1 rows g / g + 8, xb batch column g (mma k-slots as

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/launch.cuh"
+#include "kernels/mma_bf16.cuh"
 
 namespace soartune::kernels {
 namespace {
@@ -34,19 +35,6 @@ struct Params {
   bool out_bf16, accumulate;
 };
 
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // One 16-byte chunk of codes as bf16(code * s), pairs in element order: pair i holds elements 2i, 2i + 1.
 // The same values gemm.cu's expansion writes (weight_format.h gives the int4 nibble order).
 template <WeightFormat F>
@@ -69,15 +57,6 @@ __device__ __forceinline__ void dequant_chunk(const uint4& raw, float s, uint32_
       p[2 * j + 1] = pack_bf16x2(float(q[2]) * s, float(q[3]) * s);
     }
   }
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t lds32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
