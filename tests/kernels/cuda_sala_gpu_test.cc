@@ -152,7 +152,9 @@ TEST(CudaSala, GreedyReferenceFedAloneKeepsTop1AboveTheLine) {
 // `residual_stream_prompt0`: the layer-by-layer bisection the model ships for. The engine's documented bf16
 // roundings, replayed in fp32 by `scripts/sala_rounding_probe.py --reference-logits` (CPU, torch 1.13), cost
 // logits max |diff| 0.15 (RMS 0.022) and residual max |diff| / max |ref| 1.1e-3 after layer 0 rising to 5.6e-3;
-// the lines below are three times those: an error the roundings do not explain fails here, at its layer.
+// the lines below are three times those: an error the roundings do not explain fails here, at its layer. (Under
+// summation-order noise, 46 draws with the decode kernel's bf16 probabilities: max |diff| 0.14-0.17, RMS
+// 0.0213-0.0217, top-1 252-256 of 256, residual up to 6.1e-3.)
 TEST(CudaSala, LogitsAgainstTheFp32ReferenceLayerByLayer) {
   SKIP_WITHOUT_CUDA_SALA();
   const testing::SalaReferenceLogits ref = testing::read_sala_reference_logits();
@@ -193,7 +195,7 @@ TEST(CudaSala, LogitsAgainstTheFp32ReferenceLayerByLayer) {
               agree);
   EXPECT_LE(worst, 3 * 0.15);
   EXPECT_LE(rms, 3 * 0.022);
-  EXPECT_GE(agree, 250);  // the roundings alone: 253-256 of 256
+  EXPECT_GE(agree, 250);  // the roundings alone: 252-256 of 256
 }
 
 TEST(CudaSala, DecodeStepByStepEqualsOneFullPrefill) {
