@@ -28,6 +28,19 @@ int sm_count() {
   return sms;
 }
 
+// Arguments for x, y and the workspace on the device, row strides packed, epilogue fp32 unless set after.
+QgemmArgs device_args(const DeviceLinear& w, const Dev& x, const Dev& y, int m, int splits, const Dev& workspace) {
+  QgemmArgs a;
+  a.w = w;
+  a.x = x.p;
+  a.y = y.p;
+  a.m = m;
+  a.splits = splits;
+  a.workspace = workspace.as<float>();
+  a.workspace_bytes = workspace.bytes;
+  return a;
+}
+
 TEST(QgemmCanImplement, RejectsBadShapesAndArgumentsWithTheField) {
   QgemmArgs a;
   a.w = {WeightFormat::kInt4, 200, 1024, 128, reinterpret_cast<void*>(256), reinterpret_cast<float*>(256)};
@@ -124,16 +137,9 @@ TEST(Qgemm, EveryFormatGroupRowsAndSlicesMatchTheTwinAndTheGemmPath) {
         for (int epilogue = 0; epilogue < 3; ++epilogue) {  // fp32, bf16, fp32 accumulated into y
           const bool out_bf16 = epilogue == 1, accumulate = epilogue == 2;
           if (epilogue > 0 && m != 97) continue;  // the other epilogues once per case and slicing
-          QgemmArgs a;
-          a.w = dl;
-          a.x = dx.p;
-          a.y = dy.p;
-          a.m = m;
+          QgemmArgs a = device_args(dl, dx, dy, m, splits, dws);
           a.out_bf16 = out_bf16;
           a.accumulate = accumulate;
-          a.splits = splits;
-          a.workspace = dws.as<float>();
-          a.workspace_bytes = dws.bytes;
           QgemmPlan plan;
           ASSERT_EQ(qgemm_plan(a, sms, &plan), "");
           dy.poison();
@@ -193,16 +199,9 @@ TEST(Qgemm, StridedRowsLeaveTheGapsUntouched) {
   dx.upload(xb);
   for (int splits : {1, 2}) {
     Dev dws(qgemm_workspace_bytes({WeightFormat::kInt4, n, k, 64}, m, 2));
-    QgemmArgs a;
-    a.w = {WeightFormat::kInt4, n, k, 64, dw.p, ds.as<float>()};
-    a.x = dx.p;
-    a.y = dy.p;
-    a.m = m;
+    QgemmArgs a = device_args({WeightFormat::kInt4, n, k, 64, dw.p, ds.as<float>()}, dx, dy, m, splits, dws);
     a.x_stride = xs;
     a.y_stride = ys;
-    a.splits = splits;
-    a.workspace = dws.as<float>();
-    a.workspace_bytes = dws.bytes;
     QgemmPlan plan;
     ASSERT_EQ(qgemm_plan(a, sm_count(), &plan), "");
     dy.poison();
