@@ -86,7 +86,7 @@ TEST(CudaSala, GreedyContinuationsExactExceptAtRecordedNearTies) {
       }
       // The first divergence must be where the fp32 reference itself had top-1 and top-2 within 0.05;
       // after it the texts differ and nothing more is compared. (The engine's bf16 roundings replayed in fp32
-      // under summation-order noise miss this line in 3-4 draws of 40, at recorded margins up to 0.10:
+      // under summation-order noise miss this line in 12 draws of 160, at recorded margins up to 0.10:
       // docs/perf-log/sala-bf16-rounding-2026-12-07.md. LogitsAgainstTheFp32ReferenceLayerByLayer below tells
       // an error beyond those roundings from that chance.)
       EXPECT_LT(m[i], 0.05) << "request " << f.id << " diverges at step " << i << " (reference margin " << m[i] << ")";
