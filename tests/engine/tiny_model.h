@@ -98,6 +98,25 @@ inline SalaReferenceLogits read_sala_reference_logits() {
   return r;
 }
 
+// The shapes the reference must have for a model of config c: 4 prompts of 64 tokens, their logits, and prompt 0's
+// residual stream after the embedding and every layer.
+inline ::testing::AssertionResult sala_reference_shapes_match(const SalaReferenceLogits& r, const ModelConfig& c) {
+  auto text = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (int64_t x : v) {
+      if (!s.empty()) s += ',';
+      s += std::to_string(x);
+    }
+    return "[" + s + "]";
+  };
+  const std::vector<int64_t> ids{4, 64}, logits{4, 64, c.vocab}, residual{c.layers + 1, 64, c.hidden};
+  if (r.ids_shape != ids || r.logits_shape != logits || r.residual_shape != residual)
+    return ::testing::AssertionFailure() << "input_ids " << text(r.ids_shape) << ", logits " << text(r.logits_shape)
+                                         << ", residual_stream_prompt0 " << text(r.residual_shape) << "; want "
+                                         << text(ids) << ", " << text(logits) << ", " << text(residual);
+  return ::testing::AssertionSuccess();
+}
+
 // Prompt b of the reference as token ids.
 inline std::vector<int32_t> sala_reference_prompt(const SalaReferenceLogits& r, int b) {
   return std::vector<int32_t>(r.input_ids.begin() + b * 64, r.input_ids.begin() + (b + 1) * 64);
