@@ -35,22 +35,12 @@ __global__ void __launch_bounds__(256) dequant_kernel(const uint8_t* w, const fl
     } else if constexpr (F == WeightFormat::kInt8) {
       const uint2 raw = __ldg(reinterpret_cast<const uint2*>(w) + e);
       const float s = __ldg(scales + row * (k / group) + col / group);
-      const uint32_t q4[2] = {raw.x, raw.y};
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int8_t* q = reinterpret_cast<const int8_t*>(&q4[i]);
-        p[2 * i] = pack_bf16x2(float(q[0]) * s, float(q[1]) * s);
-        p[2 * i + 1] = pack_bf16x2(float(q[2]) * s, float(q[3]) * s);
-      }
+      int8_word_bf16(raw.x, s, p);
+      int8_word_bf16(raw.y, s, p + 2);
     } else if constexpr (F == WeightFormat::kInt4) {
       const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(w) + e);
       const float s = __ldg(scales + row * (k / group) + col / group);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int lo = int((word >> (4 * i)) & 0xFu) - 8;
-        const int hi = int((word >> (16 + 4 * i)) & 0xFu) - 8;
-        p[i] = pack_bf16x2(float(lo) * s, float(hi) * s);
-      }
+      int4_word_bf16(word, s, p);
     }
     reinterpret_cast<uint4*>(out)[e] = make_uint4(p[0], p[1], p[2], p[3]);
   }

@@ -1,5 +1,6 @@
 // Device helpers shared by the GEMV (gemv.cu), the quantised-weight GEMM (qgemm.cu) and the bf16 expansion
-// (gemm.cu): a streaming 16-byte weight load, bf16 pair packing, and the m16n8k16 bf16 tensor-core MMA.
+// (gemm.cu): a streaming 16-byte weight load, bf16 pair packing, int4 / int8 codes times their scale as bf16
+// pairs, and the m16n8k16 bf16 tensor-core MMA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,6 +22,24 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The eight int4 codes of one word (weight_format.h: element 2i in bits 4i..4i+3, element 2i + 1 in bits
+// 16+4i..16+4i+3, stored q + 8) as bf16(q * s), rounded once: p[i] = elements 2i, 2i + 1.
+__device__ __forceinline__ void int4_word_bf16(uint32_t word, float s, uint32_t* p) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int lo = int((word >> (4 * i)) & 0xFu) - 8;
+    const int hi = int((word >> (16 + 4 * i)) & 0xFu) - 8;
+    p[i] = pack_bf16x2(float(lo) * s, float(hi) * s);
+  }
+}
+
+// The four int8 codes of one word (byte e = element e) as bf16(q * s): p[0] = elements 0, 1, p[1] = 2, 3.
+__device__ __forceinline__ void int8_word_bf16(uint32_t word, float s, uint32_t* p) {
+  const int8_t* q = reinterpret_cast<const int8_t*>(&word);
+  p[0] = pack_bf16x2(float(q[0]) * s, float(q[1]) * s);
+  p[1] = pack_bf16x2(float(q[2]) * s, float(q[3]) * s);
 }
 
 // d += A B: A 16x16 bf16 (row), B 16x8 bf16 (col), d 16x8 fp32, in the PTX fragment layout of m16n8k16: thread

@@ -40,22 +40,10 @@ struct Params {
 template <WeightFormat F>
 __device__ __forceinline__ void dequant_chunk(const uint4& raw, float s, uint32_t (&p)[values_per_chunk(F) / 2]) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  if constexpr (F == WeightFormat::kInt4) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int lo = int((w[j] >> (4 * i)) & 0xFu) - 8;
-        const int hi = int((w[j] >> (16 + 4 * i)) & 0xFu) - 8;
-        p[4 * j + i] = pack_bf16x2(float(lo) * s, float(hi) * s);
-      }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int8_t* q = reinterpret_cast<const int8_t*>(&w[j]);
-      p[2 * j] = pack_bf16x2(float(q[0]) * s, float(q[1]) * s);
-      p[2 * j + 1] = pack_bf16x2(float(q[2]) * s, float(q[3]) * s);
-    }
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (F == WeightFormat::kInt4) int4_word_bf16(w[j], s, p + 4 * j);
+    else int8_word_bf16(w[j], s, p + 2 * j);
   }
 }
 
