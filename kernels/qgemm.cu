@@ -238,18 +238,23 @@ int qgemm_auto_splits(const DeviceLinear& w, int m, int sms) {
   return s < 1 ? 1 : s;
 }
 
-std::string qgemm_can_implement(const QgemmArgs& a, int sms) {
-  const DeviceLinear& w = a.w;
+std::string qgemm_weights_supported(const DeviceLinear& w) {
   if (w.format != WeightFormat::kInt4 && w.format != WeightFormat::kInt8)
     return std::string("w.format: ") + weight_format_name(w.format) + "; the quantised-weight GEMM takes int4 or int8";
-  if (a.m < 1 || a.m > kQgemmMaxRows)
-    return "m: " + std::to_string(a.m) + "; allowed 1.." + std::to_string(kQgemmMaxRows);
   if (w.n < 1) return "w.n: must be >= 1";
   if (w.k < kBK || w.k % kBK != 0) return "w.k: " + std::to_string(w.k) + " is not a positive multiple of 64";
   const int v = values_per_chunk(w.format);
   if (w.group < v || w.group % v != 0 || w.k % w.group != 0)
     return "w.group: " + std::to_string(w.group) + "; allowed a multiple of " + std::to_string(v) +
            " that divides k = " + std::to_string(w.k);
+  return "";
+}
+
+std::string qgemm_can_implement(const QgemmArgs& a, int sms) {
+  const DeviceLinear& w = a.w;
+  if (std::string e = qgemm_weights_supported(w); !e.empty()) return e;
+  if (a.m < 1 || a.m > kQgemmMaxRows)
+    return "m: " + std::to_string(a.m) + "; allowed 1.." + std::to_string(kQgemmMaxRows);
   if (!w.w || !w.scales || !a.x || !a.y) return "w.w, w.scales, x, y: must all be set";
   const int64_t xs = a.x_stride ? a.x_stride : w.k, ys = a.y_stride ? a.y_stride : w.n;
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || xs % 8 != 0 || xs < w.k)

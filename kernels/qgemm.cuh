@@ -60,6 +60,10 @@ size_t qgemm_workspace_bytes(const DeviceLinear& w, int m, int splits);
 // many as the SMs; else enough for two CTAs an SM, each slice at least 8 k-tiles (512 values of k), at most 16.
 int qgemm_auto_splits(const DeviceLinear& w, int m, int sms);
 
+// "" when the weights alone can take this GEMM (format, k, group); else a message naming the field and the allowed
+// values. What a caller checks before it plans buffers; qgemm_can_implement checks it too.
+std::string qgemm_weights_supported(const DeviceLinear& w);
+
 // "" when args can run (format, shape, group, strides, pointers, epilogue, splits and workspace); else a message
 // naming the field and the allowed values.
 std::string qgemm_can_implement(const QgemmArgs& args, int sms);

@@ -12,7 +12,7 @@
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
 #       tests sanitizer model bench peer e2e; also: sala, sala_bench, sala_sparse, timing, lightning,
-#       lightning_sanitizer, sparse, sparse_sanitizer, baseline, decode,
+#       lightning_sanitizer, sparse, sparse_sanitizer, baseline, decode, linear,
 #       ncu_decode, ncu_gemv, sass, tables, tables8b, job8b, sala_job, gptq) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS). Steps run in the order
@@ -252,6 +252,19 @@ if want bench; then
   # BENCH_ONLY narrows it to one part (decode, prefill, long, variants), to fit a call's time.
   step_timeout 300 "$bin/soartune-bench" --only "${BENCH_ONLY:-all}" --json "$OUT/results.jsonl" >"$OUT/bench.txt" 2>&1
   note "soartune-bench --only ${BENCH_ONLY:-all}: rc=$?"
+fi
+
+# One layer's linears through the GEMV, the expansion to bf16 + cuBLAS and the quantised-weight GEMM
+# (kernels/qgemm.cuh), 1 to 4096 rows, on the llama3-8b and minicpm-sala-9b shapes (LINEAR_WEIGHTS, default
+# int8 and int4 g128): the rows at which CudaModel::linear changes path.
+if want linear; then
+  for m in llama3-8b minicpm-sala-9b; do
+    step_timeout 150 "$bin/soartune-bench" --only linear --model "synthetic:$m" \
+      $(for w in ${LINEAR_WEIGHTS:-int8 int4g128}; do printf -- '--weights %s ' "$w"; done) \
+      --json "$OUT/linear_$m.jsonl" >"$OUT/linear_$m.txt" 2>&1
+    note "soartune-bench --only linear --model synthetic:$m: rc=$?"
+    grep -E '^lin_' "$OUT/linear_$m.txt" | tee -a "$summary"
+  done
 fi
 
 if want peer; then

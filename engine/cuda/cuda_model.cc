@@ -287,7 +287,8 @@ Status CudaModel::prepare(const CudaOptions& opt) {
   // share one scratch buffer for it.
   size_t scratch = 0;
   auto needs_copy = [&](const kn::DeviceLinear& d) {
-    if (!use_gemv(d, std::max(T, R))) scratch = std::max(scratch, kn::gemm_scratch_bytes(d));
+    const int rows = std::max(T, R);
+    if (!use_gemv(d, rows) && !use_qgemm(d, rows)) scratch = std::max(scratch, kn::gemm_scratch_bytes(d));
   };
   for (const CudaLayer& L : layers_)
     for (const kn::DeviceLinear* d : {&L.qkv, &L.o, &L.gate_up, &L.down}) needs_copy(*d);
@@ -305,6 +306,18 @@ Status CudaModel::prepare(const CudaOptions& opt) {
     SOARTUNE_STATUS_TRY(A(&gemm_.scratch, scratch));
     gemm_.scratch_bytes = scratch;
   }
+  // The quantised-weight GEMM's workspace: the most its automatic k slices need at any row count it takes.
+  auto qgemm_workspace = [&](const kn::DeviceLinear& d, int max_rows) {
+    for (int rows = 1; rows <= std::min(max_rows, kn::kQgemmMaxRows); ++rows)
+      if (use_qgemm(d, rows))
+        qgemm_workspace_bytes_ = std::max(qgemm_workspace_bytes_,
+                                          kn::qgemm_workspace_bytes(d, rows, kn::qgemm_auto_splits(d, rows, sm_count_)));
+  };
+  for (const CudaLayer& L : layers_)
+    for (const kn::DeviceLinear* d : {&L.qkv, &L.o, &L.gate_up, &L.down}) qgemm_workspace(*d, T);
+  qgemm_workspace(lm_head_, R);
+  if (qgemm_workspace_bytes_ > 0)
+    SOARTUNE_STATUS_TRY(A(reinterpret_cast<void**>(&qgemm_workspace_), qgemm_workspace_bytes_));
 
   // Every linear must be implementable at the batch sizes this plan can produce.
   for (const CudaLayer& L : layers_) {
@@ -318,7 +331,7 @@ Status CudaModel::prepare(const CudaOptions& opt) {
       if (!e.empty()) return Status::Invalid("launch.gemv_variant: " + opt.gemv_variant + " cannot run a " +
                                              std::to_string(d->n) + "x" + std::to_string(d->k) + " " +
                                              kn::weight_format_name(d->format) + " layer: " + e);
-      if (!use_gemv(*d, std::max(T, R))) {
+      if (!use_gemv(*d, std::max(T, R)) && !use_qgemm(*d, std::max(T, R))) {
         const std::string ge = kn::gemm_can_implement(*d, std::max(T, R), gemm_);
         if (!ge.empty()) return Status::Invalid("weights: prefill GEMM: " + ge);
       }
@@ -561,9 +574,19 @@ int gemv_max_rows(const kn::DeviceLinear& w) {
   return w.format == kn::WeightFormat::kBf16 ? kGemvMaxRowsBf16 : kn::kGemvMaxBatch;
 }
 
+// Rows up to which int4 / int8 layers above the GEMV's rows take the quantised-weight GEMM rather than the
+// expansion to bf16 + cuBLAS (kernels/qgemm.cuh: it reads the weights once per 64 rows where the expansion
+// moves weight_bytes + 4 n k bytes each call).
+constexpr int kQgemmEngineMaxRows = kn::kQgemmMaxRows;
+
 }  // namespace
 
 bool CudaModel::use_gemv(const kn::DeviceLinear& w, int rows) { return rows <= gemv_max_rows(w); }
+
+bool CudaModel::use_qgemm(const kn::DeviceLinear& w, int rows) {
+  return kn::is_quantized(w.format) && !use_gemv(w, rows) && rows <= kQgemmEngineMaxRows &&
+         kn::qgemm_weights_supported(w).empty();
+}
 
 namespace {
 
@@ -646,6 +669,21 @@ Status CudaModel::linear(LinearOp op, const kn::DeviceLinear& w, const void* x, 
     return Status::Ok();
   }
   if (swiglu || norm_gamma) return Status::Internal("linear: the SwiGLU and RMSNorm fusions are the GEMV's (use_gemv)");
+  if (use_qgemm(w, rows)) {
+    kn::QgemmArgs a;
+    a.w = w;
+    a.x = x;
+    a.y = y;
+    a.m = rows;
+    a.out_bf16 = out_bf16;
+    a.accumulate = accumulate;
+    a.workspace = qgemm_workspace_;
+    a.workspace_bytes = qgemm_workspace_bytes_;
+    kn::QgemmPlan plan;
+    SOARTUNE_KERNEL_TRY(kn::qgemm_plan(a, sm_count_, &plan));
+    SOARTUNE_CUDA_TRY(kn::qgemm_run(a, plan, stream_));
+    return Status::Ok();
+  }
   SOARTUNE_KERNEL_TRY(kn::gemm_run(gemm_, w, x, w.k, y, w.n, rows, stream_, out_bf16, accumulate));
   return Status::Ok();
 }
@@ -1032,6 +1070,11 @@ std::vector<KernelPlan> CudaModel::kernel_plans() const {
     const LinearOp op = role.first;
     const int max_rows = op == LinearOp::kLmHead ? opt_.max_output_rows : opt_.max_step_tokens;
     for (int rows = 1; rows <= max_rows; ++rows) {
+      if (use_qgemm(*d, rows)) {
+        add(std::string("qgemm.") + linear_op_name(op), role.second, rows,
+            {{"kernel", "qgemm"}, {"splits", std::to_string(kn::qgemm_auto_splits(*d, rows, sm_count_))}});
+        continue;
+      }
       if (!use_gemv(*d, rows)) {
         add(std::string("gemm.") + linear_op_name(op), role.second, rows,
             {{"kernel", "cublas"}, {"bf16_copy", d->format == kn::WeightFormat::kBf16 ? "no" : "yes"}});

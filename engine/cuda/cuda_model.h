@@ -4,7 +4,8 @@
 //
 // Per layer: rmsnorm(+residual) -> qkv linear -> mixer -> o linear -> rmsnorm(+residual) -> gate|up linear ->
 //   SwiGLU -> down linear. Linears of few rows (bf16 weights: <= 8, quantised: <= 32; gemv_max_rows() in
-// cuda_model.cc) run the tensor-core GEMV (kernels/gemv.cuh), more rows run cuBLAS (kernels/gemm.cuh). The mixer, by cfg.mixer(l):
+// cuda_model.cc) run the tensor-core GEMV (kernels/gemv.cuh); int4 / int8 layers up to kQgemmEngineMaxRows rows
+// run the quantised-weight GEMM (kernels/qgemm.cuh); more rows run cuBLAS (kernels/gemm.cuh). The mixer, by cfg.mixer(l):
 //   softmax:   RoPE (or NoPE) + KV write -> paged attention (InfLLM-v2 sparse attention from dense_len on,
 //              engine/cuda/sparse_layer.h) -> [output gate: attn * sigmoid(gate)]
 //   lightning: q/k norm + RoPE -> Simple GLA over the layer's per-slot states (kernels/lightning.cuh) ->
@@ -34,6 +35,7 @@
 #include "kernels/attention_prefill.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
+#include "kernels/qgemm.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/lightning.cuh"
 #include "kernels/weight_format.h"
@@ -170,9 +172,12 @@ class CudaModel {
   // norm_gamma: x is ignored and the GEMV applies RMSNorm(residual_) * norm_gamma itself (norm_fusable()).
   Status linear(LinearOp op, const kernels::DeviceLinear& w, const void* x, void* y, int rows,
                 bool out_bf16 = false, bool accumulate = false, bool swiglu = false, const float* norm_gamma = nullptr);
-  // Whether `rows` rows through w take the GEMV (fused dequantisation, tensor cores) or the GEMM (cuBLAS,
-  // quantised weights expanded to bf16 first): gemv_max_rows() in cuda_model.cc.
+  // Which path `rows` rows through w take: the GEMV (fused dequantisation, tensor cores) up to gemv_max_rows()
+  // in cuda_model.cc; above it, int4 / int8 weights up to kQgemmEngineMaxRows take the quantised-weight GEMM
+  // (kernels/qgemm.cuh, dequantised in shared memory); the rest take cuBLAS (kernels/gemm.cuh), quantised and
+  // fp16 weights expanded to bf16 first.
   static bool use_gemv(const kernels::DeviceLinear& w, int rows);
+  static bool use_qgemm(const kernels::DeviceLinear& w, int rows);
   // The GEMV plan of `rows` rows of w in role op (planned once, in prepare(), then looked up), and whether it
   // stages RMSNorm(residual_) itself (the pipelined form, for qkv and gate|up).
   struct GemvKey {
@@ -263,6 +268,8 @@ class CudaModel {
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;
+  float* qgemm_workspace_ = nullptr;  // the quantised-weight GEMM's k-slice partials (widest use_qgemm call)
+  size_t qgemm_workspace_bytes_ = 0;
 
   // plans, made in prepare() for every shape a step can take, looked up at launch
   std::map<GemvKey, GemvChoice> gemv_plans_;
