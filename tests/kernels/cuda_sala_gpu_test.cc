@@ -1,7 +1,8 @@
 // The CUDA engine on MiniCPM-SALA: the shared tiny-sala model (official checkpoint format, random bf16 weights)
 // against its independent fp32 reference outputs. bf16 teacher-forced top-1, greedy continuations (exact up
 // to a recorded near-tie), decode step by step against one prefill (the lightning recurrence and CUDA graphs
-// against the chunked form), fp8 KV and 4-bit weights ordered by bits, both lightning state dtypes. Sparse
+// against the chunked form), the three paths of quantised layers against each other, fp8 KV and 4-bit weights
+// ordered by bits, both lightning state dtypes. Sparse
 // attention: cuda_sala_sparse_gpu_test.cc.
 #include <gtest/gtest.h>
 
@@ -199,6 +200,35 @@ TEST(CudaSala, LogitsAgainstTheFp32ReferenceLayerByLayer) {
   EXPECT_GE(agree, 250);  // the roundings alone: 252-256 of 256
 }
 
+// Two feeds of the same ids compared from position `from` on: the largest |logit difference|, the largest |logit|
+// of `want`, and how often the top-1 choices agree, overall and where want's own top-1 / top-2 gap is at least
+// 0.1 (there the bf16 differences between two paths must not flip the choice).
+struct LogitsComparison {
+  double max_diff = 0, scale = 0;
+  int positions = 0, same_top1 = 0, clear = 0, clear_differs = 0;
+};
+
+LogitsComparison compare_logits(const std::vector<float>& got, const std::vector<float>& want, int V, int from) {
+  LogitsComparison c;
+  const int n = static_cast<int>(want.size() / static_cast<std::size_t>(V));
+  for (int p = from; p < n; ++p) {
+    const float* a = got.data() + static_cast<std::size_t>(p) * V;
+    const float* b = want.data() + static_cast<std::size_t>(p) * V;
+    for (int v = 0; v < V; ++v) {
+      c.max_diff = std::max(c.max_diff, static_cast<double>(std::fabs(a[v] - b[v])));
+      c.scale = std::max(c.scale, static_cast<double>(std::fabs(b[v])));
+    }
+    const int top_a = static_cast<int>(std::max_element(a, a + V) - a), top_b = static_cast<int>(std::max_element(b, b + V) - b);
+    float second = -1e30f;
+    for (int v = 0; v < V; ++v)
+      if (v != top_b) second = std::max(second, b[v]);
+    ++c.positions;
+    c.same_top1 += top_a == top_b;
+    if (b[top_b] - second >= 0.1f) ++c.clear, c.clear_differs += top_a != top_b;
+  }
+  return c;
+}
+
 TEST(CudaSala, DecodeStepByStepEqualsOneFullPrefill) {
   SKIP_WITHOUT_CUDA_SALA();
   const std::vector<int32_t> ids = testing::random_ids(150, 12345, 4094);
@@ -212,30 +242,42 @@ TEST(CudaSala, DecodeStepByStepEqualsOneFullPrefill) {
     const std::vector<float> want = full.feed(ids, 0);
     const std::vector<float> got = stepwise.feed_steps(ids, 100, 100);
     ASSERT_EQ(got.size(), want.size());
-    double err = 0, scale = 0;
-    int same_top1 = 0, clear = 0, clear_differs = 0;
-    for (int p = 100; p < 150; ++p) {
-      const float* a = got.data() + static_cast<std::size_t>(p) * V;
-      const float* b = want.data() + static_cast<std::size_t>(p) * V;
-      for (int v = 0; v < V; ++v) {
-        err = std::max(err, static_cast<double>(std::fabs(a[v] - b[v])));
-        scale = std::max(scale, static_cast<double>(std::fabs(b[v])));
-      }
-      const int top_a = static_cast<int>(std::max_element(a, a + V) - a), top_b = static_cast<int>(std::max_element(b, b + V) - b);
-      // The prefill's own top-1 / top-2 gap: above 0.1 the bf16 differences below must not flip the choice.
-      float second = -1e30f;
-      for (int v = 0; v < V; ++v)
-        if (v != top_b) second = std::max(second, b[v]);
-      same_top1 += top_a == top_b;
-      if (b[top_b] - second >= 0.1f) ++clear, clear_differs += top_a != top_b;
-    }
+    const LogitsComparison c = compare_logits(got, want, V, 100);
     std::printf("tiny-sala CUDA, state %s: 50 decode steps vs one prefill: max |logit diff| %.4g (of max |logit| "
-                "%.3g), top-1 equal at %d of 50 (%d of the %d with a gap >= 0.1 differ)\n",
-                state_dtype_name(sd), err, scale, same_top1, clear_differs, clear);
+                "%.3g), top-1 equal at %d of %d (%d of the %d with a gap >= 0.1 differ)\n",
+                state_dtype_name(sd), c.max_diff, c.scale, c.same_top1, c.positions, c.clear_differs, c.clear);
     // Both sides round q|k|v, gate|up and the attention outputs to bf16 along different paths (GEMV and decode
     // attention against cuBLAS and prefill attention; recurrence against chunks): bf16-level differences.
-    EXPECT_LE(err, 0.03 * scale) << state_dtype_name(sd);
-    EXPECT_EQ(clear_differs, 0) << state_dtype_name(sd);
+    EXPECT_LE(c.max_diff, 0.03 * c.scale) << state_dtype_name(sd);
+    EXPECT_EQ(c.clear_differs, 0) << state_dtype_name(sd);
+  }
+}
+
+// Quantised layers take three paths by the rows of a step (CudaModel::linear): the GEMV up to 32, the
+// quantised-weight GEMM up to 256, the expansion to bf16 + cuBLAS above. The same 300 tokens fed as one step
+// (expansion), as three steps of 100 (quantised-weight GEMM) and as steps of 20 (GEMV) multiply the same bf16
+// weight values: the logits agree to the bf16 roundings of the activations.
+TEST(CudaSala, QuantisedLayersAgreeAcrossTheGemvTheQuantisedGemmAndTheExpansion) {
+  SKIP_WITHOUT_CUDA_SALA();
+  const std::vector<int32_t> ids = testing::random_ids(300, 777, 4094);
+  const int V = sala().config.vocab;
+  for (const int bits : {8, 4}) {
+    LaunchConfig l;
+    l.weight_bits = bits;
+    l.weight_group_size = 128;
+    SingleSequence one = single_sequence(l, 320), hundreds = single_sequence(l, 320), twenties = single_sequence(l, 320);
+    const std::vector<float> want = one.feed_steps(ids, 300, 300);
+    ASSERT_EQ(want.size(), ids.size() * static_cast<std::size_t>(V)) << bits << " bits";
+    for (const auto& [seq, chunk] : {std::pair{&hundreds, 100}, std::pair{&twenties, 20}}) {
+      const std::vector<float> got = seq->feed_steps(ids, 300, chunk);
+      ASSERT_EQ(got.size(), want.size()) << bits << " bits, steps of " << chunk;
+      const LogitsComparison c = compare_logits(got, want, V, 0);
+      std::printf("tiny-sala CUDA int%d g128: steps of %d tokens vs one of 300: max |logit diff| %.4g (of max |logit| "
+                  "%.3g), top-1 equal at %d of %d (%d of the %d with a gap >= 0.1 differ)\n",
+                  bits, chunk, c.max_diff, c.scale, c.same_top1, c.positions, c.clear_differs, c.clear);
+      EXPECT_LE(c.max_diff, 0.03 * c.scale) << bits << " bits, steps of " << chunk;
+      EXPECT_EQ(c.clear_differs, 0) << bits << " bits, steps of " << chunk;
+    }
   }
 }
 
