@@ -12,7 +12,7 @@
 #   scripts/device-run.sh run [STEPS...]
 #       (on the GPU machine, from the repository root) runs STEPS (default: all of
 #       tests sanitizer model bench peer e2e; also: sala, sala_bench, sala_sparse, timing, lightning,
-#       lightning_sanitizer, sparse, sparse_sanitizer, baseline, decode, linear,
+#       lightning_sanitizer, sparse, sparse_sanitizer, baseline, host_weights, decode, linear,
 #       ncu_decode, ncu_gemv, sass, tables, tables8b, job8b, sala_job, gptq) and writes
 #       logs under $OUT; prints a summary table last. APPEND_SUMMARY=1 appends to $OUT/summary.txt instead of
 #       starting it anew (several runs into one summary, e.g. with different DECODE_ARGS). Steps run in the order
@@ -80,11 +80,11 @@ if [[ "$mode" == "bundle" ]]; then
   fi
   # --baseline=DIR: an earlier bundle, unpacked (DIR/bin, DIR/lib): its timing programs (soartune-bench,
   # lightning_timing, sparse_attention_timing) go to bin/baseline/ and its own kernel library (the programs load
-  # the kernels from libsoartune_kernels_cuda.so, not from the executable) to bin/baseline/lib/, for step
-  # `baseline`: the same timings of both builds side by side in one call.
+  # the kernels from libsoartune_kernels_cuda.so, not from the executable) to bin/baseline/lib/, for steps
+  # `baseline` and `host_weights`: the same timings of both builds side by side in one call.
   if [[ -n "$baseline_dir" ]]; then
     mkdir -p "$bundle/bin/baseline/lib"
-    for exe in soartune-bench lightning_timing sparse_attention_timing; do
+    for exe in soartune-bench lightning_timing sparse_attention_timing soartune-host-weights-bench; do
       [[ -x "$baseline_dir/bin/$exe" ]] && cp "$baseline_dir/bin/$exe" "$bundle/bin/baseline/"
     done
     # (The kernel library sits in the build's kernels/ folder.)
@@ -363,6 +363,24 @@ if want baseline; then
   else
     note "baseline: no bin/baseline with its kernel library in the bundle (bundle --baseline=DIR)"
   fi
+fi
+
+# The host's share of a synthetic 8B trial (engine/bench/host_weights_bench_main.cc): the weights made and
+# RTN-quantised at W8 and W4 g128, this build and a baseline build (bundle --baseline=DIR with its
+# soartune-host-weights-bench) alternating, one process a line; the host's transparent huge page settings first.
+if want host_weights; then
+  note "transparent huge pages: enabled $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
+  for round in 1 2; do
+    for build in baseline this; do
+      exe="$bin/soartune-host-weights-bench"
+      [[ "$build" == baseline ]] && exe="$bin/baseline/soartune-host-weights-bench"
+      [[ -x "$exe" ]] || { note "host_weights: no $exe"; continue; }
+      for bits in 8 4; do
+        step_timeout 120 "$exe" --model synthetic:llama3-8b --bits "$bits" --reps 1 >"$OUT/host_weights_${build}_${bits}_$round.txt" 2>&1
+        note "host_weights $build W$bits round $round: rc=$? $(tr '\n' ' ' <"$OUT/host_weights_${build}_${bits}_$round.txt" | tail -c 300)"
+      done
+    done
+  done
 fi
 
 # Whole-model decode (ctx 512, bf16 KV, batch 1 and 8) with each GEMV variant in GEMV_VARIANTS (default auto)
