@@ -575,9 +575,12 @@ int gemv_max_rows(const kn::DeviceLinear& w) {
 }
 
 // Rows up to which int4 / int8 layers above the GEMV's rows take the quantised-weight GEMM rather than the
-// expansion to bf16 + cuBLAS (kernels/qgemm.cuh: it reads the weights once per 64 rows where the expansion
-// moves weight_bytes + 4 n k bytes each call).
-constexpr int kQgemmEngineMaxRows = kn::kQgemmMaxRows;
+// expansion to bf16 + cuBLAS (kernels/qgemm.cuh reads the weights once per 64 rows; the expansion moves
+// weight_bytes + 4 n k bytes a call). Measured on one layer's four linears (docs/perf-log run 90, H100,
+// `soartune-bench --only linear`): at 33-64 rows it takes 0.29-0.31 ms against the expansion's 0.39-0.45
+// (llama3-8b and minicpm-sala-9b shapes, int4 g128 and int8); from 96 rows, a second row tile dequantises the
+// weights again and the expansion is 5-13% faster (0.445 against 0.396 ms at 96, int4 g128 llama3-8b).
+constexpr int kQgemmEngineMaxRows = 64;
 
 }  // namespace
 

@@ -4,7 +4,7 @@
 //
 // Per layer: rmsnorm(+residual) -> qkv linear -> mixer -> o linear -> rmsnorm(+residual) -> gate|up linear ->
 //   SwiGLU -> down linear. Linears of few rows (bf16 weights: <= 8, quantised: <= 32; gemv_max_rows() in
-// cuda_model.cc) run the tensor-core GEMV (kernels/gemv.cuh); int4 / int8 layers up to kQgemmEngineMaxRows rows
+// cuda_model.cc) run the tensor-core GEMV (kernels/gemv.cuh); int4 / int8 layers up to 64 rows (kQgemmEngineMaxRows)
 // run the quantised-weight GEMM (kernels/qgemm.cuh); more rows run cuBLAS (kernels/gemm.cuh). The mixer, by cfg.mixer(l):
 //   softmax:   RoPE (or NoPE) + KV write -> paged attention (InfLLM-v2 sparse attention from dense_len on,
 //              engine/cuda/sparse_layer.h) -> [output gate: attn * sigmoid(gate)]

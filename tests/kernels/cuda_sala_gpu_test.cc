@@ -254,22 +254,25 @@ TEST(CudaSala, DecodeStepByStepEqualsOneFullPrefill) {
 }
 
 // Quantised layers take three paths by the rows of a step (CudaModel::linear): the GEMV up to 32, the
-// quantised-weight GEMM up to 256, the expansion to bf16 + cuBLAS above. The same 300 tokens fed as one step
-// (expansion), as three steps of 100 (quantised-weight GEMM) and as steps of 20 (GEMV) multiply the same bf16
-// weight values: the logits agree to the bf16 roundings of the activations.
+// quantised-weight GEMM up to 64, the expansion to bf16 + cuBLAS above. The same 300 tokens fed as one step
+// (expansion), as steps of 50 (quantised-weight GEMM) and as steps of 20 (GEMV) multiply the same bf16 weight
+// values: the logits agree to the bf16 roundings of the activations. Each format's logits differ from the
+// others' (the weights really are quantised).
 TEST(CudaSala, QuantisedLayersAgreeAcrossTheGemvTheQuantisedGemmAndTheExpansion) {
   SKIP_WITHOUT_CUDA_SALA();
   const std::vector<int32_t> ids = testing::random_ids(300, 777, 4094);
   const int V = sala().config.vocab;
+  std::vector<std::vector<float>> per_format;
   for (const int bits : {8, 4}) {
     LaunchConfig l;
     l.weight_bits = bits;
     l.weight_group_size = 128;
-    SingleSequence one = single_sequence(l, 320), hundreds = single_sequence(l, 320), twenties = single_sequence(l, 320);
-    const std::vector<float> want = one.feed_steps(ids, 300, 300);
+    const ModelWeights w = testing::weights_for(sala(), l);
+    auto seq = [&] { return SingleSequence(testing::cuda_backend(), w, l, /*slot=*/1, /*max_context=*/320); };
+    const std::vector<float> want = seq().feed_steps(ids, 300, 300);
     ASSERT_EQ(want.size(), ids.size() * static_cast<std::size_t>(V)) << bits << " bits";
-    for (const auto& [seq, chunk] : {std::pair{&hundreds, 100}, std::pair{&twenties, 20}}) {
-      const std::vector<float> got = seq->feed_steps(ids, 300, chunk);
+    for (const int chunk : {50, 20}) {
+      const std::vector<float> got = seq().feed_steps(ids, 300, chunk);
       ASSERT_EQ(got.size(), want.size()) << bits << " bits, steps of " << chunk;
       const LogitsComparison c = compare_logits(got, want, V, 0);
       std::printf("tiny-sala CUDA int%d g128: steps of %d tokens vs one of 300: max |logit diff| %.4g (of max |logit| "
@@ -278,7 +281,12 @@ TEST(CudaSala, QuantisedLayersAgreeAcrossTheGemvTheQuantisedGemmAndTheExpansion)
       EXPECT_LE(c.max_diff, 0.03 * c.scale) << bits << " bits, steps of " << chunk;
       EXPECT_EQ(c.clear_differs, 0) << bits << " bits, steps of " << chunk;
     }
+    per_format.push_back(want);
   }
+  const LogitsComparison between = compare_logits(per_format[1], per_format[0], V, 0);
+  std::printf("tiny-sala CUDA int4 g128 against int8 g128: max |logit diff| %.4g, top-1 equal at %d of %d\n",
+              between.max_diff, between.same_top1, between.positions);
+  EXPECT_GT(between.max_diff, 0.3) << "int4 and int8 give nearly the same logits: were the weights quantised?";
 }
 
 TEST(CudaSala, Fp8KvAndQuantisedWeightsRunAndOrderByBits) {
