@@ -256,14 +256,22 @@ fi
 
 # One layer's linears through the GEMV, the expansion to bf16 + cuBLAS and the quantised-weight GEMM
 # (kernels/qgemm.cuh), 1 to 4096 rows, on the llama3-8b and minicpm-sala-9b shapes (LINEAR_WEIGHTS, default
-# int8 and int4 g128): the rows at which CudaModel::linear changes path.
+# int8 and int4 g128): the rows at which CudaModel::linear changes path. With a baseline in the bundle (bundle
+# --baseline=DIR), its soartune-bench and kernel library run the same right after, into baseline_linear_<model>.*.
 if want linear; then
   for m in llama3-8b minicpm-sala-9b; do
-    step_timeout 150 "$bin/soartune-bench" --only linear --model "synthetic:$m" \
-      $(for w in ${LINEAR_WEIGHTS:-int8 int4g128}; do printf -- '--weights %s ' "$w"; done) \
-      --json "$OUT/linear_$m.jsonl" >"$OUT/linear_$m.txt" 2>&1
-    note "soartune-bench --only linear --model synthetic:$m: rc=$?"
-    grep -E '^lin_' "$OUT/linear_$m.txt" | tee -a "$summary"
+    for build in this baseline; do
+      exe="$bin/soartune-bench" lib_path="${LD_LIBRARY_PATH:-}" tag=""
+      if [[ "$build" == baseline ]]; then
+        [[ -x "$bin/baseline/soartune-bench" ]] || continue
+        exe="$bin/baseline/soartune-bench" lib_path="$bin/baseline/lib:${LD_LIBRARY_PATH:-}" tag="baseline_"
+      fi
+      LD_LIBRARY_PATH="$lib_path" step_timeout 150 "$exe" --only linear --model "synthetic:$m" \
+        $(for w in ${LINEAR_WEIGHTS:-int8 int4g128}; do printf -- '--weights %s ' "$w"; done) \
+        --json "$OUT/${tag}linear_$m.jsonl" >"$OUT/${tag}linear_$m.txt" 2>&1
+      note "$build soartune-bench --only linear --model synthetic:$m: rc=$?"
+      grep -E '^lin_(gemm|qgemm)' "$OUT/${tag}linear_$m.txt" | tee -a "$summary"
+    done
   done
 fi
 
