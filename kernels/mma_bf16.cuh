@@ -24,33 +24,22 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Small integers as fp32 without the int-to-float conversion (a quarter-rate instruction that bounded the
-// dequantisation): the bits of 2^23 with u (0 <= u < 2^23) in the mantissa read 2^23 + u exactly, and subtracting
-// 2^23 + offset leaves u - offset exactly. So the values below equal float(q) * s bit for bit.
-__device__ __forceinline__ float magic_int(uint32_t u_bits_or_magic, float magic_plus_offset) {
-  return __uint_as_float(u_bits_or_magic) - magic_plus_offset;
-}
-
 // The eight int4 codes of one word (weight_format.h: element 2i in bits 4i..4i+3, element 2i + 1 in bits
 // 16+4i..16+4i+3, stored q + 8) as bf16(q * s), rounded once: p[i] = elements 2i, 2i + 1.
 __device__ __forceinline__ void int4_word_bf16(uint32_t word, float s, uint32_t* p) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float lo = magic_int(((word >> (4 * i)) & 0xFu) | 0x4B000000u, 8388616.0f);  // 2^23 + 8
-    const float hi = magic_int(((word >> (16 + 4 * i)) & 0xFu) | 0x4B000000u, 8388616.0f);
-    p[i] = pack_bf16x2(lo * s, hi * s);
+    const int lo = int((word >> (4 * i)) & 0xFu) - 8;
+    const int hi = int((word >> (16 + 4 * i)) & 0xFu) - 8;
+    p[i] = pack_bf16x2(float(lo) * s, float(hi) * s);
   }
 }
 
 // The four int8 codes of one word (byte e = element e) as bf16(q * s): p[0] = elements 0, 1, p[1] = 2, 3.
-// Byte e of word ^ 0x80808080 is q + 128; one byte permute puts it under the exponent of 2^23.
 __device__ __forceinline__ void int8_word_bf16(uint32_t word, float s, uint32_t* p) {
-  const uint32_t u = word ^ 0x80808080u;
-  float f[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) f[e] = magic_int(__byte_perm(u, 0x4B000000u, 0x7540u + e), 8388736.0f);  // 2^23 + 128
-  p[0] = pack_bf16x2(f[0] * s, f[1] * s);
-  p[1] = pack_bf16x2(f[2] * s, f[3] * s);
+  const int8_t* q = reinterpret_cast<const int8_t*>(&word);
+  p[0] = pack_bf16x2(float(q[0]) * s, float(q[1]) * s);
+  p[1] = pack_bf16x2(float(q[2]) * s, float(q[3]) * s);
 }
 
 // d += A B: A 16x16 bf16 (row), B 16x8 bf16 (col), d 16x8 fp32, in the PTX fragment layout of m16n8k16: thread
