@@ -577,9 +577,9 @@ int gemv_max_rows(const kn::DeviceLinear& w) {
 // Rows up to which int4 / int8 layers above the GEMV's rows take the quantised-weight GEMM rather than the
 // expansion to bf16 + cuBLAS (kernels/qgemm.cuh reads the weights once per 64 rows; the expansion moves
 // weight_bytes + 4 n k bytes a call). Measured on one layer's four linears (docs/perf-log run 90, H100,
-// `soartune-bench --only linear`): at 33-64 rows it takes 0.29-0.31 ms against the expansion's 0.39-0.45
+// `soartune-bench --only linear`): at 33-64 rows it takes 0.26-0.31 ms against the expansion's 0.39-0.45
 // (llama3-8b and minicpm-sala-9b shapes, int4 g128 and int8); from 96 rows, a second row tile dequantises the
-// weights again and the expansion is 5-13% faster (0.445 against 0.396 ms at 96, int4 g128 llama3-8b).
+// weights again and the expansion is 6-11% faster (0.396 against 0.445 ms at 96, int4 g128 llama3-8b).
 constexpr int kQgemmEngineMaxRows = 64;
 
 }  // namespace
@@ -1061,8 +1061,8 @@ std::vector<KernelPlan> CudaModel::kernel_plans() const {
   auto add = [&](const std::string& op, const std::string& shape, int rows, std::map<std::string, std::string> c) {
     add_ranged(&out, &ranges, op, shape, rows, std::move(c));
   };
-  // Linears: the GEMV's plan a row count (gemv_plans_ is ordered by op, format, group, shape, rows), then the rows
-  // cuBLAS takes.
+  // Linears: the quantised-weight GEMM's rows with its slices, the GEMV's plan a row count (gemv_plans_ is ordered
+  // by op, format, group, shape, rows), the rows cuBLAS takes.
   std::map<std::pair<LinearOp, std::string>, const kn::DeviceLinear*> linears;  // one a role and shape
   for (const CudaLayer& L : layers_)
     for (auto [op, d] : {std::pair{LinearOp::kQkv, &L.qkv}, std::pair{LinearOp::kO, &L.o},

@@ -255,9 +255,9 @@ TEST(CudaSala, DecodeStepByStepEqualsOneFullPrefill) {
 
 // Quantised layers take three paths by the rows of a step (CudaModel::linear): the GEMV up to 32, the
 // quantised-weight GEMM up to 64, the expansion to bf16 + cuBLAS above. The same 300 tokens fed as one step
-// (expansion), as steps of 50 (quantised-weight GEMM) and as steps of 20 (GEMV) multiply the same bf16 weight
-// values: the logits agree to the bf16 roundings of the activations. Each format's logits differ from the
-// others' (the weights really are quantised).
+// (expansion), as steps of 50 (quantised-weight GEMM) and as steps of 20 (GEMV): the expansion and the GEMM
+// multiply the same values bf16(q * s), the GEMV rounds int4 scales to bf16 first; the logits agree to those
+// roundings and the activations' bf16 roundings. The two formats' logits differ (the weights really are quantised).
 TEST(CudaSala, QuantisedLayersAgreeAcrossTheGemvTheQuantisedGemmAndTheExpansion) {
   SKIP_WITHOUT_CUDA_SALA();
   const std::vector<int32_t> ids = testing::random_ids(300, 777, 4094);
