@@ -33,7 +33,8 @@ class Result {
   bool ok() const { return std::holds_alternative<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
   T& value() & { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  // By value: a reference into a temporary Result would dangle (`for (x : f().value())` outlives f()'s Result).
+  T value() && { return std::get<T>(std::move(v_)); }
   const Status& status() const {
     static const Status kOk;
     return ok() ? kOk : std::get<Status>(v_);

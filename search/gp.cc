@@ -264,6 +264,11 @@ void Gp::predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd* mean, Eigen::Vector
   const double sf2 = std::exp(hyper_.theta[D]);
   const double c = hyper_.theta[D + 2];
   const Eigen::Index ns = Xs.rows();
+  if (ns == 0) {  // no candidates (Eigen's triangular solve of zero columns binds a reference to null)
+    if (mean) mean->resize(0);
+    if (var) var->resize(0);
+    return;
+  }
   if (X_.rows() == 0) {
     if (mean) *mean = Eigen::VectorXd::Constant(ns, y_mean_ + y_sd_ * c);
     if (var) *var = Eigen::VectorXd::Constant(ns, sf2 * y_sd_ * y_sd_);

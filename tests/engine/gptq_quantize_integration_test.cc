@@ -106,7 +106,10 @@ TEST(GptqModel, W4G128AgreesWithSixteenBitMoreThanRtn) {
   const auto t0 = std::chrono::steady_clock::now();
   // Damping 10% of the mean diagonal: on this model 1% (the paper's default) gains about 3 points over RTN
   // with 16 to 40 calibration rows, 10% about 4.5 (measured 2026-12-04; the gain moves by about a point with
-  // the calibration rows).
+  // the calibration rows). It moves with the arithmetic's evaluation order too: the same sources built
+  // RelWithDebInfo with AddressSanitizer gave GPTQ 85.45% against the Release build's 86.72% (RTN 82.23% in
+  // both, 2026-12-08), GPTQ's column-by-column error feedback turning a last-bit difference into other
+  // roundings. Hence a line of 2 points: above that noise, below both builds' gains (3.2 and 4.5).
   GptqOptions options;
   options.damp_pct = 10.0;
   const Status s = gptq_quantize_model(gptq, w4, calibration, options);
@@ -115,7 +118,7 @@ TEST(GptqModel, W4G128AgreesWithSixteenBitMoreThanRtn) {
   const double a_rtn = agreement_pct(ref, top1(rtn, w4)), a_gptq = agreement_pct(ref, top1(gptq, w4));
   std::printf("top-1 agreement with 16-bit, W4 g128: rtn %.2f%%, gptq %.2f%% (gptq took %.1f s, %d calibration rows, damp 10%%)\n",
               a_rtn, a_gptq, secs, kCalibration);
-  EXPECT_GE(a_gptq, a_rtn + 4.0);
+  EXPECT_GE(a_gptq, a_rtn + 2.0);
 }
 
 // The solver interface: the model's default is the CPU solver, which counts the work it did per stage (the

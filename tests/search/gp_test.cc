@@ -189,5 +189,20 @@ TEST(Gp, NoDataPredictsThePrior) {
   EXPECT_GT(v[0], 0);
 }
 
+TEST(Gp, NoCandidatesPredictNothing) {
+  // An exhausted space asks for zero candidates: empty answers (a triangular solve of zero columns bound a
+  // reference to null in Eigen, which UndefinedBehaviorSanitizer reported).
+  Eigen::MatrixXd X(2, 1);
+  X << 0.2, 0.7;
+  Eigen::VectorXd y(2);
+  y << 1.0, 3.0;
+  Gp gp;
+  gp.set_hyper(hyper(1, 0.3, 1.0, 0.01, 0.0), 2.0, 1.0, X, y);
+  Eigen::VectorXd m = Eigen::VectorXd::Ones(3), v = Eigen::VectorXd::Ones(3);
+  gp.predict(Eigen::MatrixXd(0, 1), &m, &v);
+  EXPECT_EQ(m.size(), 0);
+  EXPECT_EQ(v.size(), 0);
+}
+
 }  // namespace
 }  // namespace soartune::search
